@@ -1,0 +1,4 @@
+from ray_doctor._cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The command line: a thin typer layer over scan → rules → report.
+
+Imports stay light: nothing here (or in what `inspect` reaches) imports ray or torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ray_doctor import __version__
+
+app = typer.Typer(
+    name="ray-doctor",
+    help="Diagnose failed Ray Tune and Ray Train experiments from what they leave on storage.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class OutputFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+class FailOn(str, Enum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+    never = "never"
+
+
+class ColorMode(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ray-doctor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """Diagnose failed Ray Tune and Ray Train experiments from what they leave on storage."""
+
+
+def _use_color(mode: ColorMode, stream) -> bool:
+    if mode == ColorMode.always:
+        return True
+    if mode == ColorMode.never or os.environ.get("NO_COLOR"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+class _ProgressBar:
+    """A progress bar on stderr, shown only once a scan has taken more than a moment."""
+
+    DELAY_S = 0.5
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.started = time.monotonic()
+        self._progress = None
+        self._tasks: dict[str, int] = {}
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if not self.enabled or time.monotonic() - self.started < self.DELAY_S:
+            return
+        if self._progress is None:
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self._progress = Progress(console=Console(stderr=True), transient=True)
+            self._progress.start()
+        if name not in self._tasks:
+            self._tasks[name] = self._progress.add_task(f"reading {name}", total=total)
+        self._progress.update(self._tasks[name], completed=done, total=total)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        typer.echo(f"ray-doctor: cannot write {output}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def inspect(
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="An experiment dir, a storage_path, a Train V2 run dir, a trial dir, a log "
+            "file, '-' for stdin, or a URI (s3://, gs://, file://, ...).",
+            show_default=False,
+        ),
+    ],
+    logs: Annotated[
+        Optional[list[str]],  # noqa: UP045 - typer needs Optional on older Pythons
+        typer.Option(
+            "--logs",
+            "-l",
+            help="A Ray session logs dir (/tmp/ray/session_*/logs) or a log file (e.g. the "
+            "driver's output) to read too. Repeatable.",
+        ),
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = OutputFormat.terminal,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
+    ] = None,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
+    ] = FailOn.error,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    max_rows: Annotated[
+        int, typer.Option("--max-rows", help="Trial rows in the terminal table (0: all).")
+    ] = 20,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Parallel reads.")] = 8,
+    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+) -> None:
+    """Read an experiment, find what went wrong, and say how to fix it."""
+    from ray_doctor.report import (
+        JsonFormatter,
+        TerminalFormatter,
+        build_inspect_report,
+        could_not_run_report,
+    )
+    from ray_doctor.rules import run_rules
+    from ray_doctor.scan import ScanFailure, scan
+
+    progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    try:
+        result = scan(path, logs or [], stdin=sys.stdin, workers=workers, progress=progress)
+    except ScanFailure as exc:
+        progress.close()
+        typer.echo(f"ray-doctor: {exc}", err=True)
+        if output_format == OutputFormat.json:
+            _emit(JsonFormatter().render(could_not_run_report("inspect", path, str(exc))), output)
+        raise typer.Exit(2) from None
+    progress.close()
+    report = build_inspect_report(result, run_rules(result), fail_on.value)
+    if output_format == OutputFormat.json:
+        text = JsonFormatter().render(report)
+    else:
+        stream = sys.stdout if output is None else None
+        width = 100
+        if stream is not None and stream.isatty():
+            width = os.get_terminal_size(stream.fileno()).columns
+        text = TerminalFormatter(_use_color(color, stream), width, max_rows).render(report)
+    _emit(text, output)
+    if output is not None and not quiet:
+        typer.echo(f"ray-doctor: report written to {output}", err=True)
+    raise typer.Exit(int(report.exit_code))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the report."""
+    from ray_doctor.report import schema_text
+
+    sys.stdout.write(schema_text())
+
+
+@app.command("rules")
+def list_rules() -> None:
+    """List the diagnosis rules and their ids."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ray_doctor.rules import RULES
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("id")
+    table.add_column("severity")
+    table.add_column("what it detects")
+    for rule in RULES:
+        table.add_row(rule.id, rule.severity.value, rule.doc().summary)
+    Console().print(table)
+
+
+@app.command()
+def explain(rule_id: Annotated[str, typer.Argument(help="A rule id, e.g. trial-error.")]) -> None:
+    """Print one rule's documentation."""
+    from ray_doctor.rules import REGISTRY
+    from ray_doctor.rules._docs import render_rule_doc
+
+    rule = REGISTRY.get(rule_id)
+    if rule is None:
+        known = ", ".join(sorted(REGISTRY))
+        typer.echo(f"ray-doctor: unknown rule {rule_id!r}; known rules: {known}", err=True)
+        raise typer.Exit(2)
+    sys.stdout.write(render_rule_doc(rule))
+
+
+def main() -> None:
+    """Console entry point: no traceback ever reaches the user unless asked for."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("ray-doctor: interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # the last line of defence; a bug, reported in one line
+        if os.environ.get("RAY_DOCTOR_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"ray-doctor: internal error: {type(exc).__name__}: {exc} "
+            "(set RAY_DOCTOR_DEBUG=1 for the traceback)\n"
+        )
+        sys.exit(2)

@@ -1,0 +1,232 @@
+"""The one experiment model every layout reader produces and every rule reads.
+
+Readers in `ray_doctor.scan` turn Tune, Train V1, Train V2, single trial dirs and plain
+logs into these dataclasses; rules and reports never touch files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Layout(str, Enum):
+    """What kind of thing a scanned path turned out to be."""
+
+    STORAGE = "storage"  # a storage_path holding several experiments
+    TUNE = "tune"  # Tune experiment dir, Ray >= 2.7 persistence
+    TUNE_LEGACY = "tune-legacy"  # Tune experiment dir written before the 2.7 storage rewrite
+    TRAIN_V1 = "train-v1"  # Train V1: a Tune experiment with one TorchTrainer_* trial
+    TRAIN_V2 = "train-v2"  # Train V2 run dir: checkpoint_manager_snapshot.json, no trial dirs
+    TRIAL = "trial"  # a single trial dir given on its own
+    LOG = "log"  # plain log text: a driver log, an error.txt, a worker .err, stdin
+
+
+class TrialStatus(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def unfinished(self) -> bool:
+        return self in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A pointer into the inspected data: which file, which line, what it said."""
+
+    path: str
+    line: int | None = None
+    excerpt: str = ""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One traceback frame."""
+
+    file: str
+    line: int
+    function: str
+    code: str | None = None
+
+
+@dataclass
+class Failure:
+    """One failure: a `Failure # N` block of error.txt, or a traceback found in a log."""
+
+    number: int | None  # N of "Failure # N"; None for failures read from logs
+    time: str | None  # as Ray wrote it, e.g. "2025-01-01_12-00-00"
+    exc_type: str | None  # innermost exception type, e.g. "ValueError"
+    message: str  # the exception message (first lines), "" if none
+    wrapper: str | None = None  # Ray's wrapper, e.g. "RayTaskError", "ActorDiedError"
+    frames: list[Frame] = field(default_factory=list)
+    user_frame: Frame | None = None  # the last frame outside Ray, torch and the stdlib
+    ranks: list[int] = field(default_factory=list)  # Train worker ranks named in the text
+    text: str = ""  # the block itself, capped, ANSI codes removed
+    source: Evidence | None = None  # where the block starts
+    exc_line: Evidence | None = None  # where the exception line is
+
+    @property
+    def summary(self) -> str:
+        kind = self.exc_type or "unknown error"
+        return f"{kind}: {self.message}" if self.message else kind
+
+
+@dataclass(frozen=True)
+class Restart:
+    """A point in result.json where a trial started over (iterations_since_restore back to 1)."""
+
+    line: int  # result.json line of the first row after the restart
+    from_iteration: int | None  # training_iteration reached before the restart
+    to_iteration: int | None  # training_iteration of the first row after it
+
+    @property
+    def iterations_lost(self) -> int | None:
+        if self.from_iteration is None or self.to_iteration is None:
+            return None
+        return max(0, self.from_iteration - self.to_iteration + 1)
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """A reported metric that became NaN or +/-Infinity."""
+
+    metric: str
+    value: str  # "NaN", "Infinity" or "-Infinity"
+    first_line: int
+    first_iteration: int | None
+    rows: int  # rows (of the ones examined) where this metric was non-finite
+
+
+@dataclass
+class History:
+    """What a trial's result.json (or progress.csv) says, summarised in one streaming pass."""
+
+    path: str
+    rows: int = 0
+    first_iteration: int | None = None
+    last_iteration: int | None = None
+    max_iteration: int | None = None
+    first_time: float | None = None
+    last_time: float | None = None
+    last_row: dict[str, Any] | None = None
+    restarts: list[Restart] = field(default_factory=list)
+    nonfinite: list[NonFinite] = field(default_factory=list)
+    nonfinite_rows: int = 0
+    checkpoint_iterations: dict[str, int | None] = field(default_factory=dict)
+    bad_lines: list[int] = field(default_factory=list)  # lines that are not one JSON object
+    truncated_tail: bool = False  # the last line was cut off mid-write
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint dir on storage, or one the experiment's records name."""
+
+    name: str
+    path: str
+    index: int | None = None  # the number in checkpoint_NNNNNN (a counter, not an iteration)
+    iteration: int | None = None  # training_iteration of the row that reported it
+    exists: bool = True
+    metrics: dict[str, Any] = field(default_factory=dict)  # Train V2 snapshot metrics
+
+
+@dataclass
+class Trial:
+    trial_id: str
+    name: str  # the trial dir name, or the trial id when it never got a dir
+    path: str | None  # the trial dir (None: never started)
+    status: TrialStatus
+    config: dict[str, Any] = field(default_factory=dict)
+    max_failures: int | None = None
+    num_failures: int | None = None  # Tune's own count, from experiment_state
+    start_time: float | None = None
+    last_result_time: float | None = None
+    last_result: dict[str, Any] = field(default_factory=dict)
+    history: History | None = None
+    failures: list[Failure] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    error_file: str | None = None
+    in_state: bool = True  # listed in the newest experiment_state (False: only a dir on storage)
+    # Streams every parsed result row on demand; not part of the serialised model.
+    history_rows: Callable[[], Iterator[dict[str, Any]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def failure_count(self) -> int:
+        """Failures seen: Tune's own count when it has one, else the blocks found."""
+        return max(self.num_failures or 0, len(self.failures))
+
+    @property
+    def iterations(self) -> int | None:
+        if self.history and self.history.max_iteration is not None:
+            return self.history.max_iteration
+        value = self.last_result.get("training_iteration")
+        return value if isinstance(value, int) else None
+
+    @property
+    def last_checkpoint(self) -> Checkpoint | None:
+        existing = [c for c in self.checkpoints if c.exists]
+        return existing[-1] if existing else None
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """A notable line in a log: an error line, a Tune status line, a kill notice."""
+
+    kind: str  # e.g. "error-line", "trials-incomplete", "trial-errored", "interrupted"
+    source: Evidence
+    trial: str | None = None  # trial id or name when the line names one
+
+
+@dataclass(frozen=True)
+class ScanError:
+    """Something that could not be read, and why. Reported, never raised."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Experiment:
+    path: str
+    name: str
+    layout: Layout
+    ray_version: str | None = None
+    state_file: str | None = None  # the experiment_state file that was used (newest)
+    state_files: int = 0  # how many experiment_state files exist (more than one: resumed)
+    start_time: float | None = None
+    end_time: float | None = None
+    trials: list[Trial] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)  # failures no trial could claim
+    events: list[LogEvent] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)  # log files that were read
+    runner: dict[str, Any] = field(default_factory=dict)  # scalar runner_data of the state
+    errors: list[ScanError] = field(default_factory=list)
+
+    def trial(self, key: str) -> Trial | None:
+        """Find a trial by id or dir name."""
+        for trial in self.trials:
+            if key in (trial.trial_id, trial.name):
+                return trial
+        return None
+
+
+@dataclass
+class ScanResult:
+    """Everything one `inspect` found under its target."""
+
+    target: str
+    layout: Layout | None  # None: nothing Ray-shaped was found
+    experiments: list[Experiment] = field(default_factory=list)
+    errors: list[ScanError] = field(default_factory=list)
+
+    @property
+    def all_errors(self) -> list[ScanError]:
+        return self.errors + [e for exp in self.experiments for e in exp.errors]

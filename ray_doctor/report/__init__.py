@@ -1,0 +1,39 @@
+"""Reports: one `Report` per command run, rendered by any registered formatter."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from ray_doctor.report._interface import Formatter
+from ray_doctor.report._json import JsonFormatter
+from ray_doctor.report._report import (
+    FAIL_ON_CHOICES,
+    SCHEMA_VERSION,
+    ExitCode,
+    Report,
+    build_inspect_report,
+    could_not_run_report,
+)
+from ray_doctor.report._terminal import TerminalFormatter
+
+FORMATS = ("terminal", "json")
+
+
+def schema_text() -> str:
+    """The published JSON Schema of the report (docs/report.schema.json is a copy)."""
+    return resources.files("ray_doctor.report").joinpath("report.schema.json").read_text("utf-8")
+
+
+__all__ = [
+    "FAIL_ON_CHOICES",
+    "FORMATS",
+    "SCHEMA_VERSION",
+    "ExitCode",
+    "Formatter",
+    "JsonFormatter",
+    "Report",
+    "TerminalFormatter",
+    "build_inspect_report",
+    "could_not_run_report",
+    "schema_text",
+]

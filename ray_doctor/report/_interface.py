@@ -1,0 +1,16 @@
+"""One formatter interface; each output format is one implementation (as in pip-audit)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from ray_doctor.report._report import Report
+
+
+class Formatter(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def render(self, report: Report) -> str:
+        """The whole output as text; the CLI decides where it goes."""

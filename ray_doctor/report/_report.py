@@ -1,0 +1,234 @@
+"""The report every command emits: built once, rendered by any formatter."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import IntEnum
+from typing import Any
+
+from ray_doctor import __version__
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Experiment, ScanError, ScanResult, Trial, TrialStatus
+
+SCHEMA_VERSION = "1.0"
+FAIL_ON_CHOICES = ("error", "warning", "info", "never")
+# Keys Ray fills into every result; the "last metric" shown is the first key not among them.
+AUTO_FILLED = {
+    "done",
+    "training_iteration",
+    "trial_id",
+    "date",
+    "timestamp",
+    "time_this_iter_s",
+    "time_total_s",
+    "pid",
+    "hostname",
+    "node_ip",
+    "time_since_restore",
+    "iterations_since_restore",
+    "timesteps_since_restore",
+    "checkpoint_dir_name",
+    "should_checkpoint",
+    "experiment_tag",
+    "experiment_id",
+    "timesteps_total",
+    "episodes_total",
+    "warmup_time",
+    "reports",
+}
+
+
+class ExitCode(IntEnum):
+    CLEAN = 0  # nothing at or above --fail-on
+    FINDINGS = 1  # findings at or above --fail-on
+    COULD_NOT_RUN = 2  # missing path, unreadable storage, bad arguments
+    NOTHING_TO_INSPECT = 3  # the path holds no Ray experiment data
+
+
+def json_safe(value: Any) -> Any:
+    """Strict JSON: NaN and infinities become strings, containers are walked."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def iso(timestamp: float | None) -> str | None:
+    if timestamp is None or not math.isfinite(timestamp) or timestamp <= 0:
+        return None
+    try:
+        moment = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def main_metric(trial: Trial, preferred: str | None = None) -> tuple[str, Any] | None:
+    result = trial.last_result
+    if preferred and preferred in result:
+        return preferred, result[preferred]
+    for key, value in result.items():
+        if (
+            key not in AUTO_FILLED
+            and isinstance(value, (int, float))
+            and not isinstance(value, bool)
+        ):
+            return key, value
+    return None
+
+
+def _trial_dict(experiment: Experiment, trial: Trial) -> dict[str, Any]:
+    history = trial.history
+    last_checkpoint = trial.last_checkpoint
+    metric = main_metric(trial, experiment.runner.get("_metric"))
+    return {
+        "experiment": experiment.name,
+        "trial_id": trial.trial_id,
+        "name": trial.name,
+        "path": trial.path,
+        "status": trial.status.value,
+        "iterations": trial.iterations,
+        "rows": history.rows if history else None,
+        "failures": trial.failure_count,
+        "max_failures": trial.max_failures,
+        "restarts": len(history.restarts) if history else 0,
+        "metric": {"name": metric[0], "value": metric[1]} if metric else None,
+        "last_result": trial.last_result,
+        "config": trial.config,
+        "start_time": iso(trial.start_time),
+        "last_result_time": iso(trial.last_result_time),
+        "checkpoints": len([c for c in trial.checkpoints if c.exists]),
+        "last_checkpoint": last_checkpoint.name if last_checkpoint else None,
+        "error_file": trial.error_file,
+        "last_error": trial.failures[-1].summary if trial.failures else None,
+        "nonfinite_metrics": [n.metric for n in history.nonfinite] if history else [],
+        "in_experiment_state": trial.in_state,
+    }
+
+
+def _experiment_dict(experiment: Experiment) -> dict[str, Any]:
+    return {
+        "name": experiment.name,
+        "path": experiment.path,
+        "layout": experiment.layout.value,
+        "ray_version": experiment.ray_version,
+        "state_file": experiment.state_file,
+        "state_files": experiment.state_files,
+        "start_time": iso(experiment.start_time),
+        "end_time": iso(experiment.end_time),
+        "trials": len(experiment.trials),
+        "logs": experiment.logs,
+    }
+
+
+def _finding_dict(finding: Finding) -> dict[str, Any]:
+    return {
+        "rule": finding.rule,
+        "severity": finding.severity.value,
+        "title": finding.title,
+        "message": finding.message,
+        "experiment": finding.experiment,
+        "trial_id": finding.trial_id,
+        "evidence": [
+            {"path": e.path, "line": e.line, "excerpt": e.excerpt} for e in finding.evidence
+        ],
+        "fix": finding.fix,
+        "docs": finding.docs,
+        "related": [
+            {"rule": r.rule, "title": r.title, "message": r.message} for r in finding.related
+        ],
+    }
+
+
+def fails(findings: list[Finding], fail_on: str) -> bool:
+    if fail_on == "never":
+        return False
+    threshold = Severity(fail_on).rank
+    return any(f.severity.rank >= threshold for f in findings)
+
+
+@dataclass
+class Report:
+    """What a command found. `data` is the JSON document, already strict-JSON-safe."""
+
+    command: str
+    exit_code: ExitCode
+    data: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    scan: ScanResult | None = None
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self.data["errors"]
+
+
+def build_inspect_report(
+    result: ScanResult, findings: list[Finding], fail_on: str = "error"
+) -> Report:
+    trials = [(exp, trial) for exp in result.experiments for trial in exp.trials]
+    errors: list[ScanError] = result.all_errors
+    if result.layout is None:
+        exit_code = ExitCode.NOTHING_TO_INSPECT
+    elif fails(findings, fail_on):
+        exit_code = ExitCode.FINDINGS
+    else:
+        exit_code = ExitCode.CLEAN
+    versions = {e.ray_version for e in result.experiments if e.ray_version}
+    by_status = Counter(trial.status.value for _, trial in trials)
+    by_severity = Counter(f.severity.value for f in findings)
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ray-doctor", "version": __version__},
+        "command": "inspect",
+        "generated_at": iso(datetime.now(tz=timezone.utc).timestamp()),
+        "target": {
+            "path": result.target,
+            "layout": result.layout.value if result.layout else None,
+            "ray_version": versions.pop() if len(versions) == 1 else None,
+        },
+        "summary": {
+            "experiments": len(result.experiments),
+            "trials": len(trials),
+            "trials_by_status": {s.value: by_status.get(s.value, 0) for s in TrialStatus},
+            "findings_by_severity": {s.value: by_severity.get(s.value, 0) for s in Severity},
+            "errors": len(errors),
+            "fail_on": fail_on,
+            "exit_code": int(exit_code),
+        },
+        "experiments": [_experiment_dict(e) for e in result.experiments],
+        "trials": [_trial_dict(e, t) for e, t in trials],
+        "findings": [_finding_dict(f) for f in findings],
+        "errors": [{"path": e.path, "reason": e.reason} for e in errors],
+    }
+    return Report("inspect", exit_code, json_safe(data), findings, result)
+
+
+def could_not_run_report(command: str, target: str, reason: str) -> Report:
+    """Exit 2: the report still comes out, with the reason in errors[]."""
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ray-doctor", "version": __version__},
+        "command": command,
+        "generated_at": iso(datetime.now(tz=timezone.utc).timestamp()),
+        "target": {"path": target, "layout": None, "ray_version": None},
+        "summary": {
+            "experiments": 0,
+            "trials": 0,
+            "trials_by_status": {s.value: 0 for s in TrialStatus},
+            "findings_by_severity": {s.value: 0 for s in Severity},
+            "errors": 1,
+            "fail_on": None,
+            "exit_code": int(ExitCode.COULD_NOT_RUN),
+        },
+        "experiments": [],
+        "trials": [],
+        "findings": [],
+        "errors": [{"path": target, "reason": reason}],
+    }
+    return Report(command, ExitCode.COULD_NOT_RUN, data)

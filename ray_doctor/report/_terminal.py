@@ -1,0 +1,214 @@
+"""The default human view: header, trial table, findings with evidence and fix, summary."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from ray_doctor.report._interface import Formatter
+from ray_doctor.report._report import ExitCode, Report
+
+STATUS_STYLE = {
+    "ERROR": "bold red",
+    "RUNNING": "yellow",
+    "PENDING": "yellow",
+    "PAUSED": "yellow",
+    "TERMINATED": "green",
+    "UNKNOWN": "dim",
+}
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
+SEVERITY_MARK = {"error": "✖", "warning": "▲", "info": "●"}
+# Problem trials first, so a capped table still shows them.
+STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
+
+
+def short_path(path: str | None, base: str | None = None) -> str:
+    """`path` relative to `base` (or the cwd) when it lies below it."""
+    if not path:
+        return ""
+    for root in (base, os.getcwd()):
+        if root and path.startswith(root.rstrip("/") + "/"):
+            return path[len(root.rstrip("/")) + 1 :]
+    return path
+
+
+def _indent(renderable: Any, width: int) -> Padding:
+    return Padding(renderable, (0, 0, 0, width), expand=False)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+class TerminalFormatter(Formatter):
+    name = "terminal"
+
+    def __init__(self, color: bool = False, width: int = 100, max_rows: int = 20) -> None:
+        self.color = color
+        self.width = width
+        self.max_rows = max_rows
+
+    def render(self, report: Report) -> str:
+        target = report.data["target"]["path"]
+        # Evidence paths are shown relative to the target, which the header names.
+        self._base = target if not target.endswith((".txt", ".log", ".err", ".out")) else None
+        buffer = io.StringIO()
+        console = Console(
+            file=buffer,
+            force_terminal=self.color,
+            no_color=not self.color,
+            width=self.width,
+            highlight=False,
+            soft_wrap=False,
+        )
+        for part in self._parts(report.data):
+            console.print(part)
+        return buffer.getvalue()
+
+    def _parts(self, data: dict[str, Any]) -> Iterable[Any]:
+        yield self._header(data)
+        experiments = data.get("experiments", [])
+        trials = data.get("trials", [])
+        for experiment in experiments:
+            own = [t for t in trials if t["experiment"] == experiment["name"]]
+            yield self._experiment_line(experiment, own)
+            if own:
+                yield self._trial_table(own)
+        findings = data.get("findings", [])
+        if findings:
+            yield Text("\nFindings", style="bold")
+            for finding in findings:
+                yield self._finding(finding)
+        errors = data.get("errors", [])
+        if errors:
+            yield Text("\nCould not read", style="bold")
+            for error in errors[:20]:
+                yield Text(f"  {short_path(error['path'])}: {error['reason']}", style="yellow")
+            if len(errors) > 20:
+                yield Text(f"  … and {len(errors) - 20} more (see --format json)", style="dim")
+        yield self._footer(data)
+
+    def _header(self, data: dict[str, Any]) -> Text:
+        tool = data["tool"]
+        target = data["target"]
+        text = Text()
+        text.append(f"{tool['name']} {tool['version']}", style="bold")
+        text.append(f"  {data['command']} {short_path(target['path'])}")
+        if target.get("layout"):
+            text.append(f"  [{target['layout']}]", style="dim")
+        return text
+
+    def _experiment_line(self, experiment: dict[str, Any], trials: list[dict[str, Any]]) -> Text:
+        counts: dict[str, int] = {}
+        for trial in trials:
+            counts[trial["status"]] = counts.get(trial["status"], 0) + 1
+        text = Text("\n")
+        text.append(experiment["name"], style="bold")
+        text.append(f"  {experiment['layout']}")
+        if experiment.get("ray_version"):
+            text.append(f" · Ray {experiment['ray_version']}")
+        text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
+        if counts:
+            text.append(": ")
+            for i, (status, n) in enumerate(sorted(counts.items())):
+                if i:
+                    text.append(", ")
+                text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+        if experiment.get("state_files", 0) > 1:
+            text.append(f" · resumed ({experiment['state_files']} state files)", style="dim")
+        if experiment.get("start_time"):
+            text.append(f" · started {experiment['start_time']}", style="dim")
+        return text
+
+    def _trial_table(self, trials: list[dict[str, Any]]) -> Group:
+        metric_names = {t["metric"]["name"] for t in trials if t.get("metric")}
+        metric_header = metric_names.pop() if len(metric_names) == 1 else "metric"
+        table = Table(box=None, pad_edge=False, header_style="bold dim")
+        table.add_column("trial")
+        table.add_column("status")
+        table.add_column("iter", justify="right")
+        table.add_column(metric_header, justify="right")
+        table.add_column("failures", justify="right")
+        table.add_column("last checkpoint")
+        ordered = sorted(trials, key=lambda t: STATUS_ORDER.get(t["status"], 2))
+        shown = ordered if self.max_rows <= 0 else ordered[: self.max_rows]
+        for trial in shown:
+            metric = trial.get("metric")
+            value = _number(metric["value"]) if metric else ""
+            if metric and metric_header == "metric":
+                value = f"{metric['name']}={value}"
+            failures = trial["failures"]
+            table.add_row(
+                escape(trial["trial_id"]),
+                Text(trial["status"], style=STATUS_STYLE.get(trial["status"], "")),
+                "" if trial["iterations"] is None else str(trial["iterations"]),
+                value,
+                Text(str(failures), style="red" if failures else "dim"),
+                trial["last_checkpoint"] or "",
+            )
+        parts: list[Any] = [table]
+        if len(shown) < len(trials):
+            parts.append(
+                Text(
+                    f"… {len(trials) - len(shown)} more trials (--max-rows 0 shows all)",
+                    style="dim",
+                )
+            )
+        return Group(*parts)
+
+    def _finding(self, finding: dict[str, Any]) -> Group:
+        severity = finding["severity"]
+        head = Text("\n")
+        head.append(f"{SEVERITY_MARK[severity]} {severity}", style=SEVERITY_STYLE[severity])
+        head.append(f"  {finding['rule']}", style="bold")
+        where = " / ".join(x for x in (finding.get("experiment"), finding.get("trial_id")) if x)
+        if where:
+            head.append(f"  [{where}]", style="dim")
+        parts: list[Any] = [head, _indent(Text(finding["message"]), 2)]
+        if finding["evidence"]:
+            parts.append(Text("  evidence:", style="dim"))
+            for item in finding["evidence"][:8]:
+                location = short_path(item["path"], self._base)
+                if item.get("line"):
+                    location += f":{item['line']}"
+                line = Text(location, style="cyan")
+                if item.get("excerpt"):
+                    line.append(f"  {item['excerpt']}")
+                parts.append(_indent(line, 4))
+        parts.append(_indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2))
+        for related in finding.get("related", []):
+            text = Text(f"also {related['rule']}: {related['message']}", style="dim")
+            parts.append(_indent(text, 2))
+        parts.append(_indent(Text(f"docs: {finding['docs']}", style="dim"), 2))
+        return Group(*parts)
+
+    def _footer(self, data: dict[str, Any]) -> Text:
+        summary = data["summary"]
+        counts = summary["findings_by_severity"]
+        code = summary["exit_code"]
+        text = Text("\n")
+        if code == ExitCode.NOTHING_TO_INSPECT:
+            text.append("No Ray experiment data found here.", style="bold yellow")
+            text.append(f"  exit {code}")
+            return text
+        parts = [
+            (f"{counts['error']} error{'s' if counts['error'] != 1 else ''}", "error"),
+            (f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}", "warning"),
+            (f"{counts['info']} info", "info"),
+        ]
+        for i, (label, severity) in enumerate(parts):
+            if i:
+                text.append(" · ")
+            text.append(label, style=SEVERITY_STYLE[severity] if counts[severity] else "dim")
+        text.append(f"  exit {code} (--fail-on {summary['fail_on']})", style="dim")
+        return text

@@ -1,0 +1,124 @@
+"""The rule contract: a stable id, a severity, a doc with fixed sections, and `check()`."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Evidence, Experiment, Failure, Trial
+
+# Relative to the repository root; `ray-doctor explain RULE` shows the same text offline.
+DOCS_BASE = "docs/rules"
+DOC_SECTIONS = ("Symptom", "Likely cause", "Evidence it uses", "Fix", "References")
+_SECTION = re.compile(rf"^({'|'.join(DOC_SECTIONS)}):\s*$")
+
+
+@dataclass(frozen=True)
+class RuleDoc:
+    summary: str
+    sections: dict[str, str]
+
+
+def parse_doc(text: str) -> RuleDoc:
+    lines = inspect.cleandoc(text or "").splitlines()
+    summary_lines: list[str] = []
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        match = _SECTION.match(line)
+        if match:
+            current = sections.setdefault(match[1], [])
+            continue
+        if current is None:
+            summary_lines.append(line)
+        else:
+            current.append(line[4:] if line.startswith("    ") else line)
+    return RuleDoc(
+        summary=" ".join(line.strip() for line in summary_lines if line.strip()),
+        sections={k: "\n".join(v).strip() for k, v in sections.items()},
+    )
+
+
+class Rule(ABC):
+    """Subclasses set the class attributes and write their doc in the fixed sections."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    severity: ClassVar[Severity]
+    # Higher leads when several rules explain one failure: 0 generic, 1 about retries,
+    # 2 a specific cause.
+    specificity: ClassVar[int] = 0
+    # A bundled fixture that shows the rule firing; docs and tests run it.
+    example: ClassVar[str | None] = None
+
+    @classmethod
+    def doc(cls) -> RuleDoc:
+        return parse_doc(cls.__doc__ or "")
+
+    @classmethod
+    def docs_url(cls) -> str:
+        return f"{DOCS_BASE}/{cls.id}.md"
+
+    @abstractmethod
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        """Yield findings; read only the model."""
+
+    def finding(
+        self,
+        experiment: Experiment,
+        message: str,
+        fix: str,
+        evidence: list[Evidence],
+        trial: Trial | None = None,
+        subject: str | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        return Finding(
+            rule=self.id,
+            severity=severity or self.severity,
+            title=self.title,
+            message=message,
+            fix=fix,
+            experiment=experiment.name,
+            trial_id=trial.trial_id if trial else None,
+            evidence=[e for e in evidence if e is not None],
+            docs=self.docs_url(),
+            subject=subject or (trial_subject(experiment, trial) if trial else None),
+            specificity=self.specificity,
+        )
+
+
+def trial_subject(experiment: Experiment, trial: Trial) -> str:
+    return f"trial:{experiment.path}:{trial.trial_id}"
+
+
+def failure_subject(experiment: Experiment, index: int) -> str:
+    return f"run:{experiment.path}:{index}"
+
+
+def failure_evidence(failure: Failure) -> list[Evidence]:
+    """The lines that show a failure: its header, its exception line, the user's frame."""
+    evidence = [failure.source, failure.exc_line]
+    frame = failure.user_frame
+    if frame is not None and failure.exc_line is not None:
+        excerpt = f"{frame.function}: {frame.code}" if frame.code else frame.function
+        evidence.append(Evidence(frame.file, frame.line, excerpt))
+    seen: set[tuple[str, int | None]] = set()
+    unique = []
+    for item in evidence:
+        if item is not None and (item.path, item.line) not in seen:
+            seen.add((item.path, item.line))
+            unique.append(item)
+    return unique
+
+
+def describe_frame(failure: Failure) -> str:
+    frame = failure.user_frame
+    if frame is None:
+        return ""
+    return f" (raised in {frame.function} at {frame.file}:{frame.line})"

@@ -1,0 +1,89 @@
+"""trial-error: a trial (or a run) ended in an error that no more specific rule explains."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ray_doctor.model import Experiment, Failure, TrialStatus
+from ray_doctor.rules._base import (
+    Finding,
+    Rule,
+    Severity,
+    describe_frame,
+    failure_evidence,
+    failure_subject,
+)
+
+
+def _fix(failure: Failure | None) -> str:
+    if failure is not None and failure.user_frame is not None:
+        frame = failure.user_frame
+        return (
+            f"Fix the error raised in `{frame.function}` ({frame.file}:{frame.line}), then "
+            "re-run the failed trials: `Tuner.restore(path, trainable, resume_errored=True)` "
+            "continues them from their last checkpoint, `restart_errored=True` starts them over."
+        )
+    return (
+        "Read the error text in the evidence; it is Ray's or the library's own message. "
+        "Reproduce the trial on its own with the same config to see the full traceback, then "
+        "re-run the failed trials with `Tuner.restore(path, trainable, resume_errored=True)`."
+    )
+
+
+class TrialError(Rule):
+    """A trial ended in ERROR and no rule for a specific cause explains why.
+
+    Symptom:
+        A trial's status is ERROR (Tune, Train V1), a Train V2 run failed, or a log holds a
+        traceback; the error matches none of the known causes ray-doctor checks for.
+    Likely cause:
+        An exception raised by the training function or a library it calls. ray-doctor does
+        not guess: it reports the exception type, its message and the frame of your code it
+        was raised from, exactly as Ray recorded them.
+    Evidence it uses:
+        The `Failure # N` blocks of the trial's `error.txt` (the last one is the error that
+        ended the trial), the trial status in the newest `experiment_state-*.json`, and
+        tracebacks in the driver log or the logs given with `--logs`.
+    Fix:
+        Fix the code at the frame named in the finding. Then resume the failed trials with
+        `Tuner.restore(path, trainable, resume_errored=True)` (continue from their last
+        checkpoint) or `restart_errored=True` (start them over). If the error is transient,
+        `FailureConfig(max_failures=N)` lets Tune retry it.
+    References:
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-fault-tol.html
+        - https://docs.ray.io/en/latest/tune/api/doc/ray.tune.Tuner.restore.html
+    """
+
+    id = "trial-error"
+    title = "Trial failed"
+    severity = Severity.ERROR
+    specificity = 0
+    example = "fixtures/tune_trial_error"
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        for trial in experiment.trials:
+            if trial.status != TrialStatus.ERROR:
+                continue
+            failure = trial.failures[-1] if trial.failures else None
+            if failure is None:
+                message = (
+                    f"Trial {trial.trial_id} ended in ERROR, but no error text was found "
+                    "(no error.txt on storage and no traceback in the logs given)."
+                )
+                evidence = []
+            else:
+                message = (
+                    f"Trial {trial.trial_id} failed with {failure.summary}"
+                    f"{describe_frame(failure)}."
+                )
+                evidence = failure_evidence(failure)
+            yield self.finding(experiment, message, _fix(failure), evidence, trial=trial)
+        for index, failure in enumerate(experiment.failures):
+            message = f"The run failed with {failure.summary}{describe_frame(failure)}."
+            yield self.finding(
+                experiment,
+                message,
+                _fix(failure),
+                failure_evidence(failure),
+                subject=failure_subject(experiment, index),
+            )

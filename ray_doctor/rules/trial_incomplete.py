@@ -1,0 +1,105 @@
+"""trial-incomplete: trials were left PENDING / RUNNING / PAUSED when the experiment stopped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ray_doctor.model import Evidence, Experiment
+from ray_doctor.rules._base import Finding, Rule, Severity
+
+SHOWN = 5
+
+
+class TrialIncomplete(Rule):
+    """Trials never finished: the experiment stopped while they were pending, running or paused.
+
+    Symptom:
+        The newest `experiment_state-*.json` lists trials as PENDING, RUNNING or PAUSED, and
+        nothing is running any more; or the driver log says "Trials did not complete".
+    Likely cause:
+        The driver process stopped before the sweep ended: it was killed (the head node ran
+        out of memory, the job or pod was preempted or hit a time limit, someone pressed
+        Ctrl-C) or it crashed. Tune writes trial states only from the driver, so trials it
+        was running at that moment stay RUNNING on storage.
+    Evidence it uses:
+        Trial statuses in the newest `experiment_state-*.json`, the time that file was
+        written, interrupt and "Trials did not complete" lines in the driver log.
+    Fix:
+        Resume the sweep: `Tuner.restore(path, trainable, resume_unfinished=True)` continues
+        unfinished trials from their last checkpoint. Find out why the driver stopped (its
+        log, `dmesg` on the head node for the OOM killer, the job scheduler) and run it where
+        it can finish, e.g. with `ray job submit`.
+    References:
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-fault-tol.html
+        - https://docs.ray.io/en/latest/tune/api/doc/ray.tune.Tuner.restore.html
+    """
+
+    id = "trial-incomplete"
+    title = "Trials did not complete"
+    severity = Severity.ERROR
+    specificity = 0
+    example = "fixtures/tune_driver_killed"
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        unfinished = [t for t in experiment.trials if t.status.unfinished and t.in_state]
+        stop_events = [
+            e for e in experiment.events if e.kind in ("interrupted", "trials-incomplete")
+        ]
+        if not unfinished:
+            if not experiment.trials and any(e.kind == "trials-incomplete" for e in stop_events):
+                yield self.finding(
+                    experiment,
+                    "The driver reported that trials did not complete.",
+                    self._fix(),
+                    [e.source for e in stop_events],
+                    subject=f"incomplete:{experiment.path}",
+                )
+            return
+        counts = Counter(t.status.value for t in unfinished)
+        breakdown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        names = ", ".join(t.trial_id for t in unfinished[:SHOWN])
+        if len(unfinished) > SHOWN:
+            names += f" and {len(unfinished) - SHOWN} more"
+        resumable = sum(1 for t in unfinished if t.last_checkpoint is not None)
+        message = (
+            f"{len(unfinished)} of {len(experiment.trials)} trials never finished "
+            f"({breakdown}: {names}). The driver stopped before they completed"
+        )
+        interrupted = next((e for e in stop_events if e.kind == "interrupted"), None)
+        if interrupted is not None:
+            message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
+        message += (
+            f". {resumable} of them have a checkpoint to resume from."
+            if resumable
+            else ". None of them has a checkpoint: resuming restarts them from scratch."
+        )
+        evidence = [
+            Evidence(
+                f"{experiment.path}/{experiment.state_file}"
+                if experiment.state_file
+                else experiment.path,
+                None,
+                f"{t.trial_id}: status {t.status.value}"
+                + (f", last iteration {t.iterations}" if t.iterations else ""),
+            )
+            for t in unfinished[:SHOWN]
+        ] + [e.source for e in stop_events[:3]]
+        trial = unfinished[0] if len(unfinished) == 1 else None
+        yield self.finding(
+            experiment,
+            message,
+            self._fix(),
+            evidence,
+            trial=trial,
+            subject=None if trial else f"incomplete:{experiment.path}",
+        )
+
+    @staticmethod
+    def _fix() -> str:
+        return (
+            "Resume the sweep with `Tuner.restore(path, trainable, resume_unfinished=True)`; "
+            "unfinished trials continue from their last checkpoint. Find out why the driver "
+            "stopped (its log; `dmesg` on the head node for the OOM killer; the job "
+            "scheduler's time limit or preemption) before re-running it."
+        )

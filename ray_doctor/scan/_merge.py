@@ -1,0 +1,108 @@
+"""Attach what logs say to the experiments and trials it is about."""
+
+from __future__ import annotations
+
+from ray_doctor.model import (
+    Experiment,
+    Failure,
+    Layout,
+    LogEvent,
+    ScanResult,
+    Trial,
+    TrialStatus,
+)
+from ray_doctor.scan._logs import LogResult
+from ray_doctor.scan._trial import trial_id_from_name
+
+# Driver-side exceptions that only restate that trials failed; the trials carry the cause.
+CONSEQUENCES = (
+    ("TuneError", "Trials did not complete"),
+    ("TrainingFailedError", "The Ray Train run failed"),
+)
+
+
+def log_experiment(path: str, name: str, found: LogResult) -> Experiment:
+    experiment = Experiment(path=path, name=name, layout=Layout.LOG)
+    experiment.failures = [failure for failure, _ in found.failures]
+    experiment.events = list(found.events)
+    experiment.logs = list(found.files)
+    experiment.errors = list(found.errors)
+    return experiment
+
+
+def _key(failure: Failure) -> tuple[str | None, str]:
+    first = failure.message.strip().splitlines()[0] if failure.message.strip() else ""
+    return failure.exc_type, first
+
+
+def _find_trial(experiments: list[Experiment], key: str | None) -> tuple[Experiment, Trial] | None:
+    if not key:
+        return None
+    candidates = {key, trial_id_from_name(key)}
+    for experiment in experiments:
+        for trial in experiment.trials:
+            if trial.trial_id in candidates or trial.name in candidates:
+                return experiment, trial
+            if trial.name.startswith(key):  # the driver prints `<trainable>_<trial_id>`
+                return experiment, trial
+    return None
+
+
+def _is_consequence(failure: Failure) -> bool:
+    names = {failure.exc_type, failure.wrapper}
+    return any(kind in names and marker in failure.text for kind, marker in CONSEQUENCES)
+
+
+def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failure) -> None:
+    known = {_key(f) for f in (trial.failures if trial else [])}
+    if trial is None:
+        known |= {_key(f) for t in experiment.trials for f in t.failures}
+        known |= {_key(f) for f in experiment.failures}
+    if _key(failure) in known:
+        return  # the same error as error.txt already has
+    if _is_consequence(failure) and any(t.failures for t in experiment.trials):
+        evidence = failure.exc_line or failure.source
+        if evidence is not None:
+            experiment.events.append(LogEvent("run-failed", evidence))
+        return
+    if trial is None and experiment.layout == Layout.TRAIN_V2 and len(experiment.trials) == 1:
+        trial = experiment.trials[0]
+    if trial is None:
+        experiment.failures.append(failure)
+        return
+    trial.failures.append(failure)
+    if trial.status == TrialStatus.UNKNOWN and experiment.layout == Layout.TRAIN_V2:
+        trial.status = TrialStatus.ERROR
+
+
+def merge_logs(result: ScanResult, found: LogResult) -> None:
+    experiments = result.experiments
+    if not experiments:
+        experiments.append(log_experiment(", ".join(found.files) or "logs", "logs", found))
+        result.layout = result.layout or Layout.LOG
+        return
+    single = experiments[0] if len(experiments) == 1 else None
+    orphans: Experiment | None = None
+    for failure, key in found.failures:
+        located = _find_trial(experiments, key)
+        if located:
+            _attach_failure(located[0], located[1], failure)
+        elif single is not None:
+            _attach_failure(single, None, failure)
+        else:
+            if orphans is None:
+                orphans = log_experiment("logs", "logs", LogResult())
+            orphans.failures.append(failure)
+    for event in found.events:
+        located = _find_trial(experiments, event.trial)
+        owner = located[0] if located else single
+        if owner is None:
+            if orphans is None:
+                orphans = log_experiment("logs", "logs", LogResult())
+            owner = orphans
+        owner.events.append(event)
+    owner = single or orphans or experiments[0]
+    owner.logs.extend(found.files)
+    result.errors.extend(found.errors)
+    if orphans is not None:
+        experiments.append(orphans)

@@ -1,0 +1,29 @@
+"""Read-only access to where experiments live: local paths directly, URIs through pyarrow.fs.
+
+Local paths use `os` because importing pyarrow.fs alone costs ~0.3 s and ~90 MB; anything with
+a scheme (`s3://`, `gs://`, `file://`, ...) goes through `pyarrow.fs.FileSystem.from_uri`, the
+way Ray itself opens `storage_path`. Nothing here ever writes.
+"""
+
+from __future__ import annotations
+
+from ray_doctor.storage._base import Entry, Storage, StorageError
+from ray_doctor.storage._local import LocalStorage
+
+
+def is_uri(path: str) -> bool:
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.replace("+", "").replace("-", "").isalnum() and len(scheme) > 1
+
+
+def open_storage(path: str) -> tuple[Storage, str]:
+    """Return the storage that holds `path` and the path in that storage's terms."""
+    if is_uri(path):
+        from ray_doctor.storage._arrow import ArrowStorage
+
+        return ArrowStorage.from_uri(path)
+    storage = LocalStorage()
+    return storage, storage.normalize(path)
+
+
+__all__ = ["Entry", "LocalStorage", "Storage", "StorageError", "is_uri", "open_storage"]

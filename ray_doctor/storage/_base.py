@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import posixpath
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+CHUNK_SIZE = 4 * 1024 * 1024
+
+
+class StorageError(Exception):
+    """A path could not be listed or read; `reason` is one line a user can act on."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    path: str
+    is_dir: bool
+    size: int | None = None
+    mtime: float | None = None
+    is_file: bool = True  # False for dirs and for FIFOs, sockets, devices: never opened
+
+
+class Storage(ABC):
+    """The read-only operations scanners need. Paths are '/'-separated storage paths."""
+
+    @abstractmethod
+    def list_dir(self, path: str) -> list[Entry]:
+        """Entries directly under `path`, sorted by name. Raises StorageError."""
+
+    @abstractmethod
+    def stat(self, path: str) -> Entry | None:
+        """The entry at `path`, or None when nothing is there. Raises StorageError."""
+
+    @abstractmethod
+    def iter_chunks(self, path: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        """Stream a regular file's bytes. Raises StorageError."""
+
+    @abstractmethod
+    def display(self, path: str) -> str:
+        """How the path is shown in reports (a URI for remote storage)."""
+
+    def join(self, *parts: str) -> str:
+        return posixpath.join(*parts)
+
+    def read_bytes(self, path: str, limit: int) -> bytes:
+        """Read at most `limit` bytes; raises StorageError when the file is larger."""
+        out = bytearray()
+        for chunk in self.iter_chunks(path):
+            out += chunk
+            if len(out) > limit:
+                raise StorageError(self.display(path), f"larger than {limit // 2**20} MiB")
+        return bytes(out)
+
+    def iter_lines(self, path: str, max_line: int = 1 << 20) -> Iterator[bytes]:
+        """Stream lines (without the newline). Overlong lines are cut to `max_line` bytes."""
+        carry = b""
+        skipping = False
+        for chunk in self.iter_chunks(path):
+            parts = (carry + chunk).split(b"\n")
+            carry = parts.pop()
+            for part in parts:
+                if skipping:
+                    skipping = False
+                    continue
+                yield part
+            if len(carry) > max_line:
+                if not skipping:
+                    yield carry[:max_line]
+                skipping = True
+                carry = b""
+        if carry and not skipping:
+            yield carry
