@@ -116,7 +116,8 @@ class History:
     first_time: float | None = None
     last_time: float | None = None
     last_row: dict[str, Any] | None = None
-    restarts: list[Restart] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)  # the first ones, with positions
+    restart_count: int = 0  # all of them
     nonfinite: list[NonFinite] = field(default_factory=list)
     nonfinite_rows: int = 0
     checkpoint_iterations: dict[str, int | None] = field(default_factory=dict)

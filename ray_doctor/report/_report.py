@@ -97,7 +97,7 @@ def _trial_dict(experiment: Experiment, trial: Trial) -> dict[str, Any]:
         "rows": history.rows if history else None,
         "failures": trial.failure_count,
         "max_failures": trial.max_failures,
-        "restarts": len(history.restarts) if history else 0,
+        "restarts": history.restart_count if history else 0,
         "metric": {"name": metric[0], "value": metric[1]} if metric else None,
         "last_result": trial.last_result,
         "config": trial.config,

@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -40,10 +39,6 @@ def short_path(path: str | None, base: str | None = None) -> str:
     return path
 
 
-def _indent(renderable: Any, width: int) -> Padding:
-    return Padding(renderable, (0, 0, 0, width), expand=False)
-
-
 def _number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -71,6 +66,7 @@ class TerminalFormatter(Formatter):
             highlight=False,
             soft_wrap=False,
         )
+        self._console = console
         for part in self._parts(report.data):
             console.print(part)
         return buffer.getvalue()
@@ -97,6 +93,18 @@ class TerminalFormatter(Formatter):
             if len(errors) > 20:
                 yield Text(f"  … and {len(errors) - 20} more (see --format json)", style="dim")
         yield self._footer(data)
+
+    def _indent(self, text: Text, width: int) -> Text:
+        """Wrap `text` to the console width and indent every line (no trailing padding)."""
+        lines = text.wrap(self._console, max(20, self.width - width))
+        out = Text()
+        for i, line in enumerate(lines):
+            if i:
+                out.append("\n")
+            out.append(" " * width)
+            line.rstrip()
+            out.append_text(line)
+        return out
 
     def _header(self, data: dict[str, Any]) -> Text:
         tool = data["tool"]
@@ -174,7 +182,7 @@ class TerminalFormatter(Formatter):
         where = " / ".join(x for x in (finding.get("experiment"), finding.get("trial_id")) if x)
         if where:
             head.append(f"  [{where}]", style="dim")
-        parts: list[Any] = [head, _indent(Text(finding["message"]), 2)]
+        parts: list[Any] = [head, self._indent(Text(finding["message"]), 2)]
         if finding["evidence"]:
             parts.append(Text("  evidence:", style="dim"))
             for item in finding["evidence"][:8]:
@@ -184,12 +192,12 @@ class TerminalFormatter(Formatter):
                 line = Text(location, style="cyan")
                 if item.get("excerpt"):
                     line.append(f"  {item['excerpt']}")
-                parts.append(_indent(line, 4))
-        parts.append(_indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2))
+                parts.append(self._indent(line, 4))
+        parts.append(self._indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2))
         for related in finding.get("related", []):
             text = Text(f"also {related['rule']}: {related['message']}", style="dim")
-            parts.append(_indent(text, 2))
-        parts.append(_indent(Text(f"docs: {finding['docs']}", style="dim"), 2))
+            parts.append(self._indent(text, 2))
+        parts.append(self._indent(Text(f"docs: {finding['docs']}", style="dim"), 2))
         return Group(*parts)
 
     def _footer(self, data: dict[str, Any]) -> Text:

@@ -20,6 +20,8 @@ from ray_doctor.storage import Entry, Storage, StorageError
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
 WORKER_PREFIX = re.compile(r"^\((?P<actor>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+# Ray's log deduplication appends this to a line it has folded repeats of.
+DEDUP_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 RECORD_START = re.compile(
     r"^(\d{4}-\d{2}-\d{2}[ T_]\d{2}[:-]\d{2}|\[\d{4}-\d{2}-\d{2}|[IWEF]\d{4} |"
     r"[╭╰│├]|Trial status:|Current time:|View detailed results|== Status ==)"
@@ -56,6 +58,10 @@ EVENT_PATTERNS = (
     ),
 )
 TRIAL_IN_CONTEXT = re.compile(r"Trial task failed for trial (?P<trial>\S+)")
+# A traceback printed by a worker is the failure only when the line before says so; others
+# (a background thread dying, a retried call) are kept as events, never as the cause.
+FAILURE_CONTEXT = ("Error in training function", "Trial task failed for trial")
+BACKGROUND_CONTEXT = re.compile(r"^Exception in thread |^Exception ignored in")
 
 
 @dataclass
@@ -97,7 +103,7 @@ class _TextLogParser:
         self.pending_blank: tuple[int, str] | None = None
 
     def feed(self, lineno: int, raw: str) -> None:
-        line = strip_ansi(raw.rstrip("\r\n"))
+        line = DEDUP_SUFFIX.sub("", strip_ansi(raw.rstrip("\r\n")))
         prefix = WORKER_PREFIX.match(line)
         pid = None
         if prefix:
@@ -152,6 +158,17 @@ class _TextLogParser:
             return
         failure = parse_failure(block[1:] or block, self.path)
         failure.source = Evidence(self.path, block[0][0], block[0][1].strip())
+        recent = self.block_context[-2:]
+        background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
+        claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
+        if background or (self.block_pid is not None and not claimed):
+            if len(self.result.events) < MAX_EVENTS_PER_FILE:
+                where = failure.exc_line or failure.source
+                excerpt = f"{failure.summary}"[:MAX_EXCERPT]
+                self.result.events.append(
+                    LogEvent("traceback", Evidence(where.path, where.line, excerpt))
+                )
+            return
         trial = None
         for text in reversed(self.block_context):
             match = TRIAL_IN_CONTEXT.search(text)

@@ -23,8 +23,9 @@ CONSEQUENCES = (
 
 def log_experiment(path: str, name: str, found: LogResult) -> Experiment:
     experiment = Experiment(path=path, name=name, layout=Layout.LOG)
-    experiment.failures = [failure for failure, _ in found.failures]
-    experiment.events = list(found.events)
+    for failure, _ in found.failures:
+        _attach_failure(experiment, None, failure)
+    experiment.events += found.events
     experiment.logs = list(found.files)
     experiment.errors = list(found.errors)
     return experiment
@@ -53,13 +54,23 @@ def _is_consequence(failure: Failure) -> bool:
     return any(kind in names and marker in failure.text for kind, marker in CONSEQUENCES)
 
 
-def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failure) -> None:
-    known = {_key(f) for f in (trial.failures if trial else [])}
+def _same(failure: Failure, experiment: Experiment, trial: Trial | None) -> Failure | None:
+    pool = list(trial.failures) if trial else []
     if trial is None:
-        known |= {_key(f) for t in experiment.trials for f in t.failures}
-        known |= {_key(f) for f in experiment.failures}
-    if _key(failure) in known:
-        return  # the same error as error.txt already has
+        pool += [f for t in experiment.trials for f in t.failures] + experiment.failures
+    key = _key(failure)
+    return next((f for f in pool if _key(f) == key), None)
+
+
+def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failure) -> None:
+    known = _same(failure, experiment, trial)
+    if known is not None:
+        # The same error seen twice (error.txt and the driver log, a worker and the driver):
+        # keep one, with what either copy knew.
+        known.wrapper = known.wrapper or failure.wrapper
+        known.ranks = known.ranks or failure.ranks
+        known.user_frame = known.user_frame or failure.user_frame
+        return
     if _is_consequence(failure) and any(t.failures for t in experiment.trials):
         evidence = failure.exc_line or failure.source
         if evidence is not None:

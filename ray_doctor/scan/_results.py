@@ -27,6 +27,7 @@ ITERATION = re.compile(rb'"training_iteration": (\d+)')
 MAX_NONFINITE_PARSES = 20  # rows parsed to name the metrics that went non-finite
 MAX_BAD_LINES = 20  # bad lines recorded by number (all are counted)
 MAX_LINE = 16 * 1024 * 1024
+MAX_RESTARTS = 200  # restarts kept with their position (all are counted)
 
 
 def _loads(line: bytes) -> dict[str, Any] | None:
@@ -68,6 +69,27 @@ def nonfinite_metrics(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[s
             yield from nonfinite_metrics(value, f"{name}/")
 
 
+class _LineIndex:
+    """Line numbers of increasing positions in a buffer, counting each newline once."""
+
+    def __init__(self, buf: bytes, lines_before: int) -> None:
+        self.buf = buf
+        self.pos = 0
+        self.line = lines_before + 1
+
+    def at(self, pos: int) -> tuple[int, bytes, int]:
+        """(1-based line number, line bytes, line start) of the byte at `pos` (>= last pos)."""
+        buf = self.buf
+        start = buf.rfind(b"\n", 0, pos) + 1
+        if start >= self.pos:
+            self.line += buf.count(b"\n", self.pos, start)
+        else:
+            self.line -= buf.count(b"\n", start, self.pos)
+        self.pos = start
+        end = buf.find(b"\n", pos)
+        return self.line, buf[start:end], start
+
+
 class _Summarizer:
     """Accumulates a History over chunks that each end at a line boundary."""
 
@@ -106,13 +128,6 @@ class _Summarizer:
             self.last_good = self.prev_line
         self.lines_before += count
 
-    def _line_at(self, buf: bytes, pos: int) -> tuple[int, bytes, int]:
-        """(1-based line number, line bytes, line start) of the byte at `pos`."""
-        start = buf.rfind(b"\n", 0, pos) + 1
-        end = buf.find(b"\n", pos)
-        lineno = self.lines_before + buf.count(b"\n", 0, start) + 1
-        return lineno, buf[start:end], start
-
     def _find_bad_lines(self, buf: bytes) -> None:
         for offset, line in enumerate(buf.split(b"\n")[:-1]):
             stripped = line.strip()
@@ -128,12 +143,13 @@ class _Summarizer:
             self.history.bad_lines.append(lineno)
 
     def _scan_nonfinite(self, buf: bytes) -> None:
+        index = _LineIndex(buf, self.lines_before)
         pos = 0
         while True:
             match = NONFINITE.search(buf, pos)
             if not match:
                 return
-            lineno, line, start = self._line_at(buf, match.start())
+            lineno, line, start = index.at(match.start())
             pos = start + len(line) + 1
             if self.nonfinite_parses >= MAX_NONFINITE_PARSES:
                 self.history.nonfinite_rows += 1
@@ -157,10 +173,14 @@ class _Summarizer:
                     )
 
     def _scan_restarts(self, buf: bytes) -> None:
+        index = _LineIndex(buf, self.lines_before)
         for match in RESTART.finditer(buf):
-            lineno, line, start = self._line_at(buf, match.start())
+            lineno, line, start = index.at(match.start())
             if lineno == 1:
                 continue  # the first row of a trial, not a restart
+            self.history.restart_count += 1
+            if len(self.history.restarts) >= MAX_RESTARTS:
+                continue
             if start > 0:
                 prev_start = buf.rfind(b"\n", 0, start - 1) + 1
                 prev = buf[prev_start : start - 1]
@@ -177,8 +197,9 @@ class _Summarizer:
             )
 
     def _scan_checkpoints(self, buf: bytes) -> None:
+        index = _LineIndex(buf, self.lines_before)
         for match in CHECKPOINT.finditer(buf):
-            _, line, _ = self._line_at(buf, match.start())
+            _, line, _ = index.at(match.start())
             iteration = ITERATION.search(line)
             name = match[1].decode("utf-8", "replace")
             self.history.checkpoint_iterations[name] = int(iteration[1]) if iteration else None
@@ -264,7 +285,9 @@ def summarize_progress_csv(storage: Storage, path: str) -> History:
             history.first_iteration = iteration
             history.first_time = _number(row.get("timestamp"))
         if row.get("iterations_since_restore") == 1 and history.rows > 1:
-            history.restarts.append(Restart(lineno, history.last_iteration, iteration))
+            history.restart_count += 1
+            if len(history.restarts) < MAX_RESTARTS:
+                history.restarts.append(Restart(lineno, history.last_iteration, iteration))
         for metric, value in nonfinite_metrics(row):
             if metric not in {n.metric for n in history.nonfinite}:
                 history.nonfinite.append(NonFinite(metric, value, lineno, iteration, 1))

@@ -42,7 +42,7 @@ class LocalStorage(Storage):
     def _entry(self, path: str, name: str, st: os.stat_result) -> Entry:
         is_dir = stat_mod.S_ISDIR(st.st_mode)
         return Entry(
-            name=name,
+            name=printable(name),  # for display; `path` keeps the real bytes for access
             path=path,
             is_dir=is_dir,
             size=st.st_size,
@@ -68,7 +68,8 @@ class LocalStorage(Storage):
                         st = item.stat()
                     except OSError:
                         # A dangling link, a loop, a file we may not stat: list it as unreadable.
-                        entries.append(Entry(item.name, item.path, False, None, None, False))
+                        name = printable(item.name)
+                        entries.append(Entry(name, item.path, False, None, None, False))
                         continue
                     entries.append(self._entry(item.path, item.name, st))
         except OSError as exc:

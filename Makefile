@@ -1,0 +1,52 @@
+# Two commands do all set-up on a fresh clone: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The fixture `make run` diagnoses: a Tune sweep whose trial raised, with its driver output.
+DEMO := fixtures/tune_trial_error
+
+.PHONY: run test lint format fixtures fixtures-legacy docs bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Installs are stamped so repeated runs skip pip; a changed pyproject.toml re-installs.
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@ $(VENV)/.installed-run
+
+run: $(VENV)/.installed-run
+	@echo "$$ ray-doctor inspect $(DEMO) --logs $(DEMO)/driver.log"
+	@$(BIN)/ray-doctor inspect $(DEMO) --logs $(DEMO)/driver.log; code=$$?; \
+	  echo "(exit code $$code: 1 means findings at or above --fail-on)"; [ $$code -le 1 ]
+
+test: $(VENV)/.installed-test lint
+	$(BIN)/python -m ray_doctor.rules._docs --check
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff format --check ray_doctor tests bench fixtures/generate.py
+	$(BIN)/ruff check ray_doctor tests bench fixtures/generate.py
+
+format: $(VENV)/.installed-test
+	$(BIN)/ruff format ray_doctor tests bench fixtures/generate.py
+	$(BIN)/ruff check --fix ray_doctor tests bench fixtures/generate.py
+
+# Re-create the committed fixtures with real Ray (minutes; needs the test extras).
+fixtures: $(VENV)/.installed-test
+	$(BIN)/python fixtures/generate.py
+
+docs: $(VENV)/.installed-run
+	$(BIN)/python -m ray_doctor.rules._docs
+	$(BIN)/ray-doctor schema > docs/report.schema.json
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/bench_inspect.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis bench/out

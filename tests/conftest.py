@@ -1,0 +1,75 @@
+"""Shared test helpers: a moved copy of the fixtures, the CLI, the report schema."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+
+
+@pytest.fixture(scope="session")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled fixtures, copied to another absolute path: experiments get moved."""
+    moved = tmp_path_factory.mktemp("moved") / "elsewhere" / "fixtures"
+    shutil.copytree(FIXTURES, moved, symlinks=True)
+    return moved
+
+
+def experiment_dir(fixtures: Path, scenario: str) -> Path:
+    """fixtures/<scenario>/ray_results/<scenario>, the experiment dir Ray wrote."""
+    base = fixtures / scenario if (fixtures / scenario).exists() else fixtures / "legacy" / scenario
+    return base / "ray_results" / scenario
+
+
+def validate(report: dict) -> dict:
+    VALIDATOR.validate(report)
+    return report
+
+
+def run_cli(*args: str, stdin: str | None = None, env: dict | None = None, cwd: Path | None = None):
+    """Run the real console entry point in a subprocess (real exit codes, real streams)."""
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
+    full_env.pop("RAY_DOCTOR_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "ray_doctor", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def inspect_json(*args: str, stdin: str | None = None) -> tuple[int, dict]:
+    """`ray-doctor inspect --format json ...`: the exit code and the validated report."""
+    proc = run_cli("inspect", "--format", "json", *args, stdin=stdin)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, validate(json.loads(proc.stdout))
+
+
+def findings_of(report: dict, rule: str) -> list[dict]:
+    return [f for f in report["findings"] if f["rule"] == rule]
+
+
+def tree_snapshot(root: Path) -> dict[str, tuple[int, float, bytes]]:
+    """Every file under root with its size, mtime and bytes: to prove nothing was written."""
+    snapshot = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            snapshot[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime, path.read_bytes())
+        elif path.is_dir():
+            snapshot[str(path.relative_to(root)) + "/"] = (0, path.stat().st_mtime, b"")
+    return snapshot

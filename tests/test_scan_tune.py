@@ -1,0 +1,149 @@
+"""The Tune reader on experiments real Ray 2.60 wrote (copied to another path first)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import experiment_dir
+
+from ray_doctor.model import Layout, TrialStatus
+from ray_doctor.scan import scan
+
+
+def only_experiment(path: Path):
+    result = scan(str(path))
+    assert len(result.experiments) == 1
+    return result, result.experiments[0]
+
+
+def test_healthy_sweep_reads_every_trial_with_history_and_checkpoints(fixtures):
+    result, exp = only_experiment(experiment_dir(fixtures, "tune_healthy"))
+    assert result.layout == Layout.TUNE
+    assert exp.state_file.startswith("experiment_state-")
+    assert len(exp.trials) == 3
+    for trial in exp.trials:
+        assert trial.status == TrialStatus.TERMINATED
+        assert trial.history.rows == 5
+        assert (trial.history.first_iteration, trial.history.last_iteration) == (1, 5)
+        assert trial.config.keys() >= {"lr"}
+        assert trial.checkpoints, "checkpoints written every 2 iterations"
+        # num_to_keep=2 deleted older checkpoint dirs; what is left exists on disk.
+        on_disk = [c for c in trial.checkpoints if c.exists]
+        assert all(Path(c.path).is_dir() for c in on_disk)
+        assert all(c.iteration is not None for c in on_disk)
+    assert not result.all_errors
+
+
+def test_trial_paths_point_into_the_moved_copy(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_healthy"))
+    for trial in exp.trials:
+        assert trial.path.startswith(str(fixtures)), "absolute paths in the state are not used"
+        assert Path(trial.path).is_dir()
+
+
+def test_error_txt_gives_type_message_and_user_frame(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_trial_error"))
+    failed = [t for t in exp.trials if t.status == TrialStatus.ERROR]
+    assert len(failed) == 1
+    (failure,) = failed[0].failures
+    assert failure.number == 1
+    assert failure.exc_type == "ValueError"
+    assert failure.message == "lr=0.1 is too large: loss diverged"
+    assert failure.user_frame.function == "before_report"
+    assert failure.user_frame.file.endswith("generate.py")
+    assert "\x1b[" not in failure.text, "ANSI colour codes are stripped"
+    assert failure.source.line == 1 and failure.source.excerpt.startswith("Failure # 1")
+    assert failed[0].config["lr"] == 0.1
+
+
+def test_every_failure_block_of_a_retried_trial_is_read(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_retries_exhausted"))
+    (trial,) = [t for t in exp.trials if t.status == TrialStatus.ERROR]
+    assert trial.max_failures == 2
+    assert [f.number for f in trial.failures] == [1, 2, 3]
+    assert trial.num_failures == 3
+    assert len({f.summary for f in trial.failures}) == 1
+
+
+def test_restart_is_found_in_result_json(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_recovered"))
+    (trial,) = exp.trials
+    assert trial.status == TrialStatus.TERMINATED
+    assert trial.failure_count == 1
+    (restart,) = trial.history.restarts
+    # The trial failed before reporting iteration 4 and resumed from the iteration-2 checkpoint.
+    assert restart.to_iteration == 3
+    assert restart.from_iteration == 3
+    assert restart.iterations_lost == 1
+    assert trial.history.rows == trial.history.max_iteration + restart.iterations_lost
+
+
+def test_sigkilled_worker_is_an_actor_death(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_sigkill"))
+    (trial,) = [t for t in exp.trials if t.status == TrialStatus.ERROR]
+    (failure,) = trial.failures
+    assert failure.exc_type == "ActorDiedError"
+    assert "The actor died unexpectedly" in failure.message
+    assert failure.exc_line is not None
+
+
+def test_corrupt_checkpoint_restore_failure_is_read(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_corrupt_checkpoint"))
+    (trial,) = exp.trials
+    assert trial.status == TrialStatus.ERROR
+    assert len(trial.failures) == 2
+    assert "failed finding central directory" in trial.failures[-1].message
+
+
+def test_killed_driver_leaves_trials_running_and_pending(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_driver_killed"))
+    statuses = {t.status for t in exp.trials}
+    assert statuses <= {TrialStatus.RUNNING, TrialStatus.PENDING}
+    assert TrialStatus.RUNNING in statuses
+    pending = [t for t in exp.trials if t.status == TrialStatus.PENDING]
+    assert pending, "more trials than CPUs: some never started"
+    assert all(t.history is None and not t.checkpoints for t in pending)
+    running = [t for t in exp.trials if t.status == TrialStatus.RUNNING]
+    assert all(t.history.rows > 0 for t in running)
+
+
+def test_nan_metrics_are_found_with_their_first_iteration(fixtures):
+    _, exp = only_experiment(experiment_dir(fixtures, "tune_nan_metrics"))
+    bad = [t for t in exp.trials if t.history.nonfinite]
+    assert len(bad) == 1
+    first = bad[0].history.nonfinite[0]
+    assert first.metric == "loss"
+    assert first.value in ("NaN", "Infinity", "-Infinity")
+    assert first.first_iteration is not None and first.first_iteration > 1
+    healthy = [t for t in exp.trials if not t.history.nonfinite]
+    assert all(t.history.nonfinite_rows == 0 for t in healthy)
+
+
+def test_storage_path_with_several_experiments(fixtures, tmp_path):
+    storage = tmp_path / "ray_results"
+    storage.mkdir()
+    for scenario in ("tune_healthy", "tune_trial_error"):
+        (storage / scenario).symlink_to(experiment_dir(fixtures, scenario))
+    result = scan(str(storage))
+    assert result.layout == Layout.STORAGE
+    assert sorted(e.name for e in result.experiments) == ["tune_healthy", "tune_trial_error"]
+
+
+def test_single_trial_dir(fixtures):
+    exp_dir = experiment_dir(fixtures, "tune_trial_error")
+    trial_dir = next(p for p in exp_dir.iterdir() if (p / "error.txt").exists())
+    result = scan(str(trial_dir))
+    assert result.layout == Layout.TRIAL
+    (trial,) = result.experiments[0].trials
+    # No experiment state to say so, but the failure came after the last report.
+    assert trial.status == TrialStatus.ERROR
+    assert trial.failures[0].exc_type == "ValueError"
+    assert trial.config["lr"] == 0.1, "config read from params.json"
+
+
+def test_state_file_path_stands_for_its_experiment(fixtures):
+    exp_dir = experiment_dir(fixtures, "tune_trial_error")
+    state = next(exp_dir.glob("experiment_state-*.json"))
+    result = scan(str(state))
+    assert result.experiments[0].name == "tune_trial_error"
+    assert len(result.experiments[0].trials) == 3
