@@ -26,24 +26,22 @@ run: $(VENV)/.installed-run
 	  echo "(exit code $$code: 1 means findings at or above --fail-on)"; [ $$code -le 1 ]
 
 test: $(VENV)/.installed-test lint
-	$(BIN)/python -m ray_doctor.rules._docs --check
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff format --check ray_doctor tests bench fixtures/generate.py
-	$(BIN)/ruff check ray_doctor tests bench fixtures/generate.py
+	$(BIN)/ruff format --check ray_doctor tests bench docs fixtures/generate.py
+	$(BIN)/ruff check ray_doctor tests bench docs fixtures/generate.py
 
 format: $(VENV)/.installed-test
-	$(BIN)/ruff format ray_doctor tests bench fixtures/generate.py
-	$(BIN)/ruff check --fix ray_doctor tests bench fixtures/generate.py
+	$(BIN)/ruff format ray_doctor tests bench docs fixtures/generate.py
+	$(BIN)/ruff check --fix ray_doctor tests bench docs fixtures/generate.py
 
 # Re-create the committed fixtures with real Ray (minutes; needs the test extras).
 fixtures: $(VENV)/.installed-test
 	$(BIN)/python fixtures/generate.py
 
 docs: $(VENV)/.installed-run
-	$(BIN)/python -m ray_doctor.rules._docs
-	$(BIN)/ray-doctor schema > docs/report.schema.json
+	$(BIN)/python docs/generate.py
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/bench_inspect.py

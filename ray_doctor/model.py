@@ -120,7 +120,9 @@ class History:
     restart_count: int = 0  # all of them
     nonfinite: list[NonFinite] = field(default_factory=list)
     nonfinite_rows: int = 0
+    # training_iteration at which checkpoints were reported: those on storage, and the last one.
     checkpoint_iterations: dict[str, int | None] = field(default_factory=dict)
+    latest_checkpoint: str | None = None  # the last checkpoint_dir_name reported
     bad_lines: list[int] = field(default_factory=list)  # lines that are not one JSON object
     truncated_tail: bool = False  # the last line was cut off mid-write
 

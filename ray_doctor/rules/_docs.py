@@ -1,13 +1,11 @@
 """Rule docs: `ray-doctor explain` and docs/rules/<id>.md, both generated from the rule itself.
 
 The Example section is made by running the rule on its bundled fixture, so the docs show real
-output and a test notices when either drifts (`python -m ray_doctor.rules._docs --check`).
+output and a test notices when either drifts (`python docs/generate.py --check`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
 from ray_doctor.rules._base import DOC_SECTIONS, Rule
@@ -22,19 +20,20 @@ def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
     from ray_doctor.rules import run_rules
     from ray_doctor.scan import scan
 
-    result = scan(str(root / rule.example))
+    target = str(root / rule.example)
+    result = scan(target)
     findings = run_rules(result, [rule])
-    prefix = str(root) + "/"
     lines: list[str] = []
     for finding in findings:
         lines.append(f"{finding.severity.value}  {finding.rule}  {finding.message}")
         for item in finding.evidence:
-            location = item.path.replace(prefix, "")
+            # Only the checkout's location is rewritten; paths inside the data stay as written.
+            location = item.path.replace(target, rule.example, 1)
             if item.line:
                 location += f":{item.line}"
             lines.append(f"    {location}  {item.excerpt}")
         lines.append(f"  fix: {finding.fix}")
-    return "\n".join(lines).replace(prefix, "") if lines else None
+    return "\n".join(lines) if lines else None
 
 
 def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
@@ -82,25 +81,3 @@ def generate(target: Path) -> dict[Path, str]:
         )
     pages[target / "README.md"] = "\n".join(index) + "\n"
     return pages
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate docs/rules from the rule registry.")
-    parser.add_argument("target", nargs="?", default=str(REPO_ROOT / "docs" / "rules"))
-    parser.add_argument("--check", action="store_true", help="fail when the docs are stale")
-    args = parser.parse_args(argv)
-    target = Path(args.target)
-    pages = generate(target)
-    if args.check:
-        stale = [p for p, text in pages.items() if not p.exists() or p.read_text() != text]
-        for path in stale:
-            print(f"stale: {path}", file=sys.stderr)
-        return 1 if stale else 0
-    target.mkdir(parents=True, exist_ok=True)
-    for path, text in pages.items():
-        path.write_text(text, encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,13 +14,16 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ray_doctor.model import History, NonFinite, Restart
 from ray_doctor.storage import Storage, StorageError
 
-RESTART = re.compile(rb'"iterations_since_restore": 1[,}]')
+# json.dumps writes `"key": 1,` (or `1}` for the last key); searching for the bare `1` would
+# also stop at 10-19, 100-199, ...
+RESTART_KEYS = (b'"iterations_since_restore": 1,', b'"iterations_since_restore": 1}')
+CHECKPOINT_KEY = b'"checkpoint_dir_name": "'
 NONFINITE = re.compile(rb"NaN|Infinity")
 CHECKPOINT = re.compile(rb'"checkpoint_dir_name": "([^"\\]{1,200})"')
 ITERATION = re.compile(rb'"training_iteration": (\d+)')
@@ -93,8 +96,9 @@ class _LineIndex:
 class _Summarizer:
     """Accumulates a History over chunks that each end at a line boundary."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, checkpoints_wanted: Iterable[str] = ()) -> None:
         self.history = History(path=path)
+        self.checkpoints_wanted = tuple(checkpoints_wanted)
         self.lines_before = 0  # lines (newlines) before the current chunk
         self.prev_line: bytes | None = None  # the last complete line seen so far
         self.nonfinite_parses = 0
@@ -106,21 +110,20 @@ class _Summarizer:
         history = self.history
         count = buf.count(b"\n")
         if self.lines_before == 0 and count:
-            first = buf[: buf.index(b"\n")]
-            row = _loads(first)
+            row = _loads(buf[: buf.index(b"\n")])
             if row is not None:
                 history.first_iteration = _int(row.get("training_iteration"))
                 history.first_time = _number(row.get("timestamp"))
-        bad = count - buf.count(b"}\n") - buf.count(b"\n\n") - (1 if buf.startswith(b"\n") else 0)
-        if bad > 0 or b"\x00" in buf:
-            self._find_bad_lines(buf)
+        # Every JSON row ends with "}\n"; only when some line does not is it worth splitting.
+        if buf.count(b"}\n") == count:
+            history.rows += count
+        else:
+            history.rows += self._check_lines(buf)
         if b"NaN" in buf or b"Infinity" in buf:
             self._scan_nonfinite(buf)
-        if b'"iterations_since_restore": 1' in buf:
-            self._scan_restarts(buf)
-        if b'"checkpoint_dir_name": "' in buf:
+        self._scan_restarts(buf)
+        if self.checkpoints_wanted or CHECKPOINT_KEY in buf:
             self._scan_checkpoints(buf)
-        history.rows += count - buf.count(b"\n\n") - (1 if buf.startswith(b"\n") else 0)
         end = len(buf) - 1
         start = buf.rfind(b"\n", 0, end) + 1
         self.prev_line = buf[start:end]
@@ -128,15 +131,19 @@ class _Summarizer:
             self.last_good = self.prev_line
         self.lines_before += count
 
-    def _find_bad_lines(self, buf: bytes) -> None:
+    def _check_lines(self, buf: bytes) -> int:
+        """Record the lines that are not JSON objects; return how many lines are not empty."""
+        rows = 0
         for offset, line in enumerate(buf.split(b"\n")[:-1]):
             stripped = line.strip()
             if not stripped:
                 continue
+            rows += 1
             if stripped.startswith(b"{") and stripped.endswith(b"}") and b"\x00" not in line:
                 continue
             if _loads(stripped) is None:
                 self._bad(self.lines_before + offset + 1)
+        return rows
 
     def _bad(self, lineno: int) -> None:
         if len(self.history.bad_lines) < MAX_BAD_LINES:
@@ -173,36 +180,61 @@ class _Summarizer:
                     )
 
     def _scan_restarts(self, buf: bytes) -> None:
+        positions = []
+        for key in RESTART_KEYS:
+            pos = buf.find(key)
+            while pos >= 0:
+                positions.append(pos)
+                pos = buf.find(key, pos + len(key))
         index = _LineIndex(buf, self.lines_before)
-        for match in RESTART.finditer(buf):
-            lineno, line, start = index.at(match.start())
-            if lineno == 1:
-                continue  # the first row of a trial, not a restart
-            self.history.restart_count += 1
-            if len(self.history.restarts) >= MAX_RESTARTS:
-                continue
-            if start > 0:
-                prev_start = buf.rfind(b"\n", 0, start - 1) + 1
-                prev = buf[prev_start : start - 1]
-            else:
-                prev = self.prev_line or b""
-            before = ITERATION.search(prev)
-            after = ITERATION.search(line)
-            self.history.restarts.append(
-                Restart(
-                    line=lineno,
-                    from_iteration=int(before[1]) if before else None,
-                    to_iteration=int(after[1]) if after else None,
-                )
+        for pos in sorted(positions):
+            self._restart_at(buf, index, pos)
+
+    def _restart_at(self, buf: bytes, index: _LineIndex, pos: int) -> None:
+        lineno, line, start = index.at(pos)
+        if lineno == 1:
+            return  # the first row of a trial, not a restart
+        self.history.restart_count += 1
+        if len(self.history.restarts) >= MAX_RESTARTS:
+            return
+        if start > 0:
+            prev = buf[buf.rfind(b"\n", 0, start - 1) + 1 : start - 1]
+        else:
+            prev = self.prev_line or b""
+        before = ITERATION.search(prev)
+        after = ITERATION.search(line)
+        self.history.restarts.append(
+            Restart(
+                line=lineno,
+                from_iteration=int(before[1]) if before else None,
+                to_iteration=int(after[1]) if after else None,
             )
+        )
 
     def _scan_checkpoints(self, buf: bytes) -> None:
-        index = _LineIndex(buf, self.lines_before)
-        for match in CHECKPOINT.finditer(buf):
-            _, line, _ = index.at(match.start())
-            iteration = ITERATION.search(line)
-            name = match[1].decode("utf-8", "replace")
-            self.history.checkpoint_iterations[name] = int(iteration[1]) if iteration else None
+        """The iteration each wanted checkpoint was reported at, and the last one reported.
+
+        Targeted searches, not a pass over every row: a trial that checkpoints every
+        iteration would otherwise cost a regex match per row.
+        """
+        for name in self.checkpoints_wanted:
+            pos = buf.rfind(CHECKPOINT_KEY + name.encode() + b'"')
+            if pos >= 0:
+                self.history.checkpoint_iterations[name] = self._iteration_on_line(buf, pos)
+        pos = buf.rfind(CHECKPOINT_KEY)
+        if pos >= 0:
+            match = CHECKPOINT.match(buf, pos)
+            if match:
+                name = match[1].decode("utf-8", "replace")
+                self.history.latest_checkpoint = name
+                self.history.checkpoint_iterations[name] = self._iteration_on_line(buf, pos)
+
+    @staticmethod
+    def _iteration_on_line(buf: bytes, pos: int) -> int | None:
+        start = buf.rfind(b"\n", 0, pos) + 1
+        end = buf.find(b"\n", pos)
+        match = ITERATION.search(buf, start, end)
+        return int(match[1]) if match else None
 
     def finish(self, tail: bytes) -> History:
         history = self.history
@@ -227,9 +259,14 @@ class _Summarizer:
         return history
 
 
-def summarize_results(storage: Storage, path: str) -> History:
-    """Summarise a result.json (JSON lines). Raises StorageError when it cannot be read."""
-    summarizer = _Summarizer(storage.display(path))
+def summarize_results(
+    storage: Storage, path: str, checkpoints_wanted: Iterable[str] = ()
+) -> History:
+    """Summarise a result.json (JSON lines). Raises StorageError when it cannot be read.
+
+    `checkpoints_wanted`: checkpoint dir names whose reported iteration is looked up.
+    """
+    summarizer = _Summarizer(storage.display(path), checkpoints_wanted)
     carry = b""
     for chunk in storage.iter_chunks(path):
         data = carry + chunk if carry else chunk

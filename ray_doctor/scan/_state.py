@@ -85,11 +85,31 @@ def _float(value: Any) -> float | None:
     return None
 
 
+# Ray writes run metadata with these keys first and the bulky ones (metric_analysis,
+# metric_n_steps, the pickled checkpoint manager) after; the head is all the model needs.
+META_TAIL_KEY = ', "metric_analysis": '
+META_KEYS = {"start_time", "num_failures", "last_result", "last_result_time"}
+
+
+def _run_metadata(value: Any) -> dict[str, Any]:
+    """Decode only the head of the run-metadata JSON string when its layout allows."""
+    if isinstance(value, str):
+        cut = value.find(META_TAIL_KEY)
+        if cut > 0:
+            try:
+                head = json.loads(value[:cut] + "}")
+            except ValueError:
+                head = None
+            if isinstance(head, dict) and head.keys() >= META_KEYS:
+                return head
+    return _as_dict(value)
+
+
 def trial_record(element: Any) -> TrialRecord | None:
     """Decode one element of trial_data (a pair) or of the old checkpoints list (a string)."""
     if isinstance(element, list) and element:
         trial = _as_dict(element[0])
-        meta = _as_dict(element[1]) if len(element) > 1 else {}
+        meta = _run_metadata(element[1]) if len(element) > 1 else {}
     else:
         trial = _as_dict(element)
         meta = {}

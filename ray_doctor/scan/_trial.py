@@ -67,7 +67,8 @@ def read_trial(
             errors.append(ScanError(exc.path, exc.reason))
             return trial, errors
     files = {e.name: e for e in entries if e.is_file}
-    _read_history(storage, trial, files, errors)
+    checkpoint_dirs = [e.name for e in entries if e.is_dir and CHECKPOINT_DIR.match(e.name)]
+    _read_history(storage, trial, files, errors, checkpoint_dirs)
     _read_errors(storage, trial, files, errors)
     if not trial.config and "params.json" in files:
         trial.config = _read_params(storage, files["params.json"], errors)
@@ -85,12 +86,16 @@ def _status(value: str | None) -> TrialStatus:
 
 
 def _read_history(
-    storage: Storage, trial: Trial, files: dict[str, Entry], errors: list[ScanError]
+    storage: Storage,
+    trial: Trial,
+    files: dict[str, Entry],
+    errors: list[ScanError],
+    checkpoint_dirs: list[str],
 ) -> None:
     if "result.json" in files:
         path = files["result.json"].path
         try:
-            trial.history = summarize_results(storage, path)
+            trial.history = summarize_results(storage, path, checkpoint_dirs)
         except StorageError as exc:
             errors.append(ScanError(exc.path, exc.reason))
             return

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import fnmatch
+import multiprocessing
+import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from functools import partial
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import looks_like_trial_dir, read_trial
-from ray_doctor.storage import Entry, Storage, StorageError
+from ray_doctor.storage import Entry, LocalStorage, Storage, StorageError
 
 STATE_GLOB = "experiment_state-*.json"
 V1_MARKERS = {"trainer.pkl"}
@@ -84,29 +87,54 @@ def read_tune_experiment(
     return experiment
 
 
+Job = tuple[str | None, TrialRecord | None, str]
+# Below this many trials a process pool costs more than it saves.
+PROCESS_POOL_MIN_TRIALS = 200
+
+
+def _read_job(storage: Storage, job: Job) -> tuple[Trial | None, list[ScanError]]:
+    path, record, name = job
+    if record is None and path is not None:
+        try:
+            listing = storage.list_dir(path)
+        except StorageError as exc:
+            return None, [ScanError(exc.path, exc.reason)]
+        if not looks_like_trial_dir(listing):
+            return None, []
+        return read_trial(storage, path, None, name, listing)
+    return read_trial(storage, path, record, name)
+
+
+def _executor(storage: Storage, jobs: int, workers: int) -> Executor:
+    """Processes for big local sweeps (the byte scanning is CPU-bound and holds the GIL);
+    threads otherwise (remote reads wait on the network, not the CPU)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (
+        isinstance(storage, LocalStorage)
+        and jobs >= PROCESS_POOL_MIN_TRIALS
+        and (cpus or 1) > 1
+        and "fork" in multiprocessing.get_all_start_methods()
+    ):
+        # fork: the children inherit the imported modules and start in milliseconds. No
+        # threads are running at this point (the progress bar starts after the first result).
+        context = multiprocessing.get_context("fork")
+        return ProcessPoolExecutor(max_workers=min(cpus or 1, workers), mp_context=context)
+    return ThreadPoolExecutor(max_workers=max(1, workers))
+
+
 def _read_trials(
     storage: Storage,
-    jobs: list[tuple[str | None, TrialRecord | None, str]],
+    jobs: list[Job],
     workers: int,
     progress: Progress | None,
     errors: list[ScanError],
 ) -> list[Trial | None]:
-    def one(job: tuple[str | None, TrialRecord | None, str]) -> tuple[Trial | None, list]:
-        path, record, name = job
-        if record is None and path is not None:
-            try:
-                listing = storage.list_dir(path)
-            except StorageError as exc:
-                return None, [ScanError(exc.path, exc.reason)]
-            if not looks_like_trial_dir(listing):
-                return None, []
-            return read_trial(storage, path, None, name, listing)
-        return read_trial(storage, path, record, name)
-
     results: list[Trial | None] = []
     total = len(jobs)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for done, (trial, trial_errors) in enumerate(pool.map(one, jobs), start=1):
+    with _executor(storage, total, workers) as pool:
+        chunk = max(1, total // (workers * 8)) if isinstance(pool, ProcessPoolExecutor) else 1
+        outcomes = pool.map(partial(_read_job, storage), jobs, chunksize=chunk)
+        for done, (trial, trial_errors) in enumerate(outcomes, start=1):
             results.append(trial)
             errors.extend(trial_errors)
             if progress:

@@ -1,0 +1,171 @@
+"""Benchmark: `ray-doctor inspect` against `ray.tune.ExperimentAnalysis` on a large sweep.
+
+Builds an experiment by replicating a real Ray 2.60 trial (fixtures/tune_healthy) to N trials
+x M iterations: the real experiment_state entry, params, checkpoints and result rows, with
+trial ids, iterations and timestamps rewritten. Then, each in its own process on the same dir:
+
+- `ray-doctor inspect DIR --format json -q` (reads every byte of every result.json);
+- `ExperimentAnalysis(DIR).dataframe()` (Ray's own post-hoc API; imports ray, unpickles).
+
+Wall time and peak RSS come from `os.wait4` on each child. Run: `make bench` (or
+`python bench/bench_inspect.py --help`). Figures of the last run go in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATE = REPO / "fixtures" / "tune_healthy" / "ray_results" / "tune_healthy"
+ANCHOR = (
+    "import sys\n"
+    "from ray.tune import ExperimentAnalysis\n"
+    "analysis = ExperimentAnalysis(sys.argv[1])\n"
+    "frame = analysis.dataframe()\n"
+    "print(len(frame), 'rows', file=sys.stderr)\n"
+)
+
+
+def _template_trial() -> tuple[Path, list, list[dict]]:
+    state_path = max(TEMPLATE.glob("experiment_state-*.json"))
+    state = json.loads(state_path.read_text())
+    pair = state["trial_data"][0]
+    trial = json.loads(pair[0])
+    trial_dir = TEMPLATE / trial["relative_logdir"]
+    rows = [json.loads(line) for line in (trial_dir / "result.json").read_text().splitlines()]
+    return trial_dir, pair, rows
+
+
+def _result_bytes(rows: list[dict], iterations: int, trial_id: str) -> tuple[bytes, bytes]:
+    """result.json and progress.csv for one trial: the real rows, cycled and renumbered."""
+    start = rows[0]["timestamp"]
+    lines = []
+    csv_rows = []
+    header = [k for k in rows[0] if k != "config"]
+    for i in range(iterations):
+        row = dict(rows[i % len(rows)])
+        row.update(
+            training_iteration=i + 1,
+            iterations_since_restore=i + 1,
+            trial_id=trial_id,
+            timestamp=start + i,
+            time_total_s=float(i + 1),
+            time_since_restore=float(i + 1),
+        )
+        lines.append(json.dumps(row))
+        csv_rows.append(",".join("" if row.get(k) is None else str(row.get(k)) for k in header))
+    result = ("\n".join(lines) + "\n").encode()
+    progress = (",".join(header) + "\n" + "\n".join(csv_rows) + "\n").encode()
+    return result, progress
+
+
+def build(dest: Path, trials: int, iterations: int) -> Path:
+    """Write the experiment; reuses dest when it was built with the same shape."""
+    marker = dest / ".bench-shape"
+    shape = f"{trials}x{iterations}"
+    if marker.exists() and marker.read_text() == shape:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    trial_dir, pair, rows = _template_trial()
+    template_trial = json.loads(pair[0])
+    template_meta = json.loads(pair[1])
+    old_id = template_trial["trial_id"]
+    result_template, progress_template = _result_bytes(rows, iterations, old_id)
+    for name in ("tuner.pkl", ".validate_storage_marker"):
+        if (TEMPLATE / name).exists():
+            shutil.copy(TEMPLATE / name, dest / name)
+    state_name = max(TEMPLATE.glob("experiment_state-*.json")).name
+    with open(dest / state_name, "w") as state_file:
+        state_file.write('{"trial_data": [')
+        for i in range(trials):
+            trial_id = f"{old_id[:5]}_{i:05d}"
+            logdir = template_trial["relative_logdir"].replace(old_id, trial_id)
+            trial = dict(template_trial, trial_id=trial_id, relative_logdir=logdir)
+            meta = dict(template_meta)
+            meta["last_result"] = dict(meta["last_result"], training_iteration=iterations)
+            entry = [json.dumps(trial), json.dumps(meta)]
+            state_file.write(("," if i else "") + json.dumps(entry))
+            out = dest / logdir
+            out.mkdir()
+            (out / "result.json").write_bytes(
+                result_template.replace(old_id.encode(), trial_id.encode())
+            )
+            (out / "progress.csv").write_bytes(
+                progress_template.replace(old_id.encode(), trial_id.encode())
+            )
+            shutil.copy(trial_dir / "params.json", out / "params.json")
+            for checkpoint in trial_dir.glob("checkpoint_*"):
+                shutil.copytree(checkpoint, out / checkpoint.name)
+        state_file.write('], "runner_data": {}, "stats": {"start_time": %f}}' % time.time())
+    marker.write_text(shape)
+    return dest
+
+
+def measure(command: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MB, exit code) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{command[0]} failed ({proc.returncode}): {stderr[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def best_of(runs: int, command: list[str]) -> tuple[float, float]:
+    results = [measure(command) for _ in range(runs)]
+    return min(r[0] for r in results), max(r[1] for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--memory-trials", type=int, default=10_000, help="0 skips the check")
+    parser.add_argument("--runs", type=int, default=3, help="best wall time of this many")
+    parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--skip-anchor", action="store_true")
+    args = parser.parse_args()
+
+    python = sys.executable
+    doctor = [python, "-m", "ray_doctor", "inspect", "--format", "json", "-q"]
+    print(f"building {args.trials} trials x {args.iterations} iterations ...", flush=True)
+    exp = build(args.workdir / "speed" / "bench_exp", args.trials, args.iterations)
+    size_mb = sum(p.stat().st_size for p in exp.rglob("*") if p.is_file()) / 2**20
+    print(f"experiment: {exp} ({size_mb:.0f} MB)")
+
+    wall, rss = best_of(args.runs, [*doctor, str(exp)])
+    print(f"ray-doctor inspect:                 {wall:7.2f} s  {rss:6.0f} MB peak RSS")
+    if not args.skip_anchor:
+        anchor_wall, anchor_rss = best_of(max(1, args.runs - 1), [python, "-c", ANCHOR, str(exp)])
+        print(
+            f"ExperimentAnalysis + dataframe():   {anchor_wall:7.2f} s  {anchor_rss:6.0f} MB peak RSS"
+        )
+        print(f"speed-up: {anchor_wall / wall:.1f}x (target >= 20x)")
+
+    if args.memory_trials:
+        print("memory: peak RSS as the sweep grows (target <= 150 MB, flat)")
+        shapes = [(args.trials, args.iterations), (args.trials, args.iterations * 10)]
+        shapes.append((args.memory_trials, args.iterations))
+        for trials, iterations in shapes:
+            path = build(
+                args.workdir / f"mem_{trials}x{iterations}" / "bench_exp", trials, iterations
+            )
+            wall, rss = measure([*doctor, str(path)])[:2]
+            print(
+                f"  {trials:6d} trials x {iterations:5d} iterations: {wall:6.2f} s  {rss:6.0f} MB"
+            )
+
+
+if __name__ == "__main__":
+    main()

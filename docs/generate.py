@@ -1,0 +1,81 @@
+"""Generate what docs/ and README.md show from the code, or check that they are current.
+
+- docs/rules/<id>.md and docs/rules/README.md: from each rule's metadata and docstring, with
+  an Example section made by running the rule on its bundled fixture;
+- docs/report.schema.json: the schema `ray-doctor schema` prints;
+- the example output block in README.md: what `make run` prints.
+
+`python docs/generate.py` writes them; `--check` exits 1 listing what is stale (a test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+README_BLOCK = re.compile(r"(<!-- make-run-output -->\n```text\n)(.*?)(```\n)", flags=re.DOTALL)
+DEMO = "fixtures/tune_trial_error"
+
+
+def make_run_output() -> str:
+    """`ray-doctor inspect` on the demo fixture, as `make run` shows it (no colour)."""
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray_doctor",
+            "inspect",
+            DEMO,
+            "--logs",
+            f"{DEMO}/driver.log",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    return f"$ ray-doctor inspect {DEMO} --logs {DEMO}/driver.log\n{proc.stdout}"
+
+
+def pages() -> dict[Path, str]:
+    from ray_doctor.report import schema_text
+    from ray_doctor.rules._docs import generate
+
+    out = generate(REPO / "docs" / "rules")
+    out[REPO / "docs" / "report.schema.json"] = schema_text()
+    readme = REPO / "README.md"
+    if readme.exists():
+        text = readme.read_text()
+        out[readme] = README_BLOCK.sub(
+            lambda m: m.group(1) + make_run_output() + m.group(3), text, count=1
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when anything is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in pages().items():
+        current = path.read_text() if path.exists() else None
+        if current == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    for path in stale:
+        print(f"{'stale' if args.check else 'wrote'}: {path.relative_to(REPO)}", file=sys.stderr)
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

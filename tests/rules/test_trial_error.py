@@ -1,0 +1,54 @@
+"""trial-error: positive cases from real Ray output, and near-misses that must stay silent."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_fires_on_a_trial_that_raised(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_trial_error")))
+    (finding,) = findings_of(report, "trial-error")
+    errored = [t for t in report["trials"] if t["status"] == "ERROR"]
+    assert finding["trial_id"] == errored[0]["trial_id"]
+    assert "ValueError: lr=0.1 is too large: loss diverged" in finding["message"]
+    assert "before_report" in finding["message"], "names the user frame"
+    assert "before_report" in finding["fix"]
+
+
+def test_unknown_ray_error_is_reported_as_it_is(fixtures):
+    # A SIGKILLed worker: Ray's actor-death text, no cause ray-doctor can prove yet.
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_sigkill")))
+    (finding,) = findings_of(report, "trial-error")
+    assert "ActorDiedError" in finding["message"]
+    assert "The actor died unexpectedly" in finding["message"]
+
+
+def test_fires_on_a_failed_train_v2_run_given_its_driver_log(fixtures):
+    base = fixtures / "train_v2_rank_failure"
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_rank_failure")), "--logs", str(base / "driver.log")
+    )
+    (finding,) = findings_of(report, "trial-error")
+    assert "ValueError: Found NaN in input batch on rank 1" in finding["message"]
+    assert report["trials"][0]["status"] == "ERROR"
+
+
+def test_near_miss_recovered_trial_has_error_txt_but_finished(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_recovered")))
+    assert not findings_of(report, "trial-error")
+
+
+def test_near_miss_healthy_sweep(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
+    assert not findings_of(report, "trial-error")
+
+
+def test_near_miss_benign_background_traceback_in_a_healthy_v2_log(fixtures):
+    base = fixtures / "train_v2_healthy"
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_healthy")),
+        "--logs",
+        str(base / "driver.log"),
+        "--logs",
+        str(base / "session_logs"),
+    )
+    assert not findings_of(report, "trial-error")
+    assert code == 0
