@@ -104,7 +104,8 @@ def build(dest: Path, trials: int, iterations: int) -> Path:
             shutil.copy(trial_dir / "params.json", out / "params.json")
             for checkpoint in trial_dir.glob("checkpoint_*"):
                 shutil.copytree(checkpoint, out / checkpoint.name)
-        state_file.write('], "runner_data": {}, "stats": {"start_time": %f}}' % time.time())
+        stats = json.dumps({"start_time": time.time()})
+        state_file.write(f'], "runner_data": {{}}, "stats": {stats}}}')
     marker.write_text(shape)
     return dest
 
