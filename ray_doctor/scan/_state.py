@@ -116,9 +116,11 @@ def trial_record(element: Any) -> TrialRecord | None:
     trial_id = trial.get("trial_id")
     if not isinstance(trial_id, str):
         return None
-    # Before run_metadata existed (old Ray), these lived on the trial itself.
+    # Before run_metadata existed (Ray < 2.7), these lived on the trial itself, some under
+    # other names.
     source = meta or trial
-    last_result = source.get("last_result")
+    last_result = source.get("last_result", source.get("_last_result"))
+    last_time = source.get("last_result_time", source.get("last_update_time"))
     error_file = source.get("error_filename", source.get("error_file"))
     relative = trial.get("relative_logdir")
     if not isinstance(relative, str) and isinstance(trial.get("logdir"), str):
@@ -131,7 +133,7 @@ def trial_record(element: Any) -> TrialRecord | None:
         max_failures=_int(trial.get("max_failures")),
         num_failures=_int(source.get("num_failures")),
         start_time=_float(source.get("start_time")),
-        last_result_time=_float(source.get("last_result_time")),
+        last_result_time=_float(last_time),
         last_result=_scalar_items(last_result) if isinstance(last_result, dict) else {},
         error_filename=error_file.rsplit("/", 1)[-1] if isinstance(error_file, str) else None,
         trainable_name=trial.get("trainable_name")
