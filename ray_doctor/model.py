@@ -37,13 +37,29 @@ class TrialStatus(str, Enum):
         return self in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
 
 
+MAX_EXCERPT = 300
+
+
+def one_line(text: str, limit: int = MAX_EXCERPT) -> str:
+    """The first non-empty line of `text`, cut to `limit` characters: an evidence excerpt."""
+    for line in text.splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
 @dataclass(frozen=True)
 class Evidence:
-    """A pointer into the inspected data: which file, which line, what it said."""
+    """A pointer into the inspected data: which file, which line, what it said (one line)."""
 
     path: str
     line: int | None = None
     excerpt: str = ""
+
+    def __post_init__(self) -> None:
+        if "\n" in self.excerpt or len(self.excerpt) > MAX_EXCERPT:
+            object.__setattr__(self, "excerpt", one_line(self.excerpt))
 
 
 @dataclass(frozen=True)

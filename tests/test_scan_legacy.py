@@ -52,7 +52,9 @@ def test_retries_exhausted_on_ray_2_6(fixtures):
     assert report["target"]["layout"] == "tune-legacy"
 
 
-@pytest.mark.parametrize("scenario", ["ray2_6_train_v1_error", "ray2_46_train_v1_error", "train_v1_error"])
+@pytest.mark.parametrize(
+    "scenario", ["ray2_6_train_v1_error", "ray2_46_train_v1_error", "train_v1_error"]
+)
 def test_train_v1_rank_error_is_unwrapped(fixtures, scenario):
     code, report = inspect_json(str(experiment_dir(fixtures, scenario)))
     assert code == 1
@@ -64,7 +66,9 @@ def test_train_v1_rank_error_is_unwrapped(fixtures, scenario):
     assert "RayTaskError" not in finding["message"].split(":")[0]
 
 
-@pytest.mark.parametrize("scenario", ["ray2_6_tune_healthy", "ray2_6_train_v1_healthy", "ray2_46_train_v1_healthy"])
+@pytest.mark.parametrize(
+    "scenario", ["ray2_6_tune_healthy", "ray2_6_train_v1_healthy", "ray2_46_train_v1_healthy"]
+)
 def test_healthy_old_runs_are_clean(fixtures, scenario):
     code, report = inspect_json(str(experiment_dir(fixtures, scenario)))
     assert code == 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ray_doctor.findings import Finding, Severity
-from ray_doctor.model import Evidence, Experiment, Failure, Trial
+from ray_doctor.model import Evidence, Experiment, Failure, Layout, Trial
 
 # Relative to the repository root; `ray-doctor explain RULE` shows the same text offline.
 DOCS_BASE = "docs/rules"
@@ -115,6 +115,39 @@ def failure_evidence(failure: Failure) -> list[Evidence]:
             seen.add((item.path, item.line))
             unique.append(item)
     return unique
+
+
+def subject_name(experiment: Experiment, trial: Trial | None) -> str:
+    """How a finding names what failed: a trial, a Train run, or the run a log came from."""
+    if trial is None:
+        return "The run"
+    if experiment.layout == Layout.TRAIN_V2:
+        return f"Train run {trial.trial_id}"
+    if experiment.layout == Layout.TRAIN_V1:
+        return f"Train run {trial.name}"
+    return f"Trial {trial.trial_id}"
+
+
+def resume_hint(experiment: Experiment, errored: bool = True) -> str:
+    """The layout's own way to continue a failed or interrupted run from its checkpoints."""
+    flag = "resume_errored=True" if errored else "resume_unfinished=True"
+    if experiment.layout == Layout.TRAIN_V2:
+        return (
+            "re-run `trainer.fit()` with the same `RunConfig(name=..., storage_path=...)`; "
+            "Train V2 resumes from the latest checkpoint in the run dir"
+        )
+    if experiment.layout == Layout.TRAIN_V1:
+        return "resume with `TorchTrainer.restore(path)` (the Trainer class you used)"
+    if experiment.layout == Layout.LOG:
+        return "re-run it"
+    return f"resume with `Tuner.restore(path, trainable, {flag})`"
+
+
+def describe_ranks(failure: Failure) -> str:
+    if not failure.ranks:
+        return ""
+    label = "rank" if len(failure.ranks) == 1 else "ranks"
+    return f" on {label} {', '.join(map(str, failure.ranks))}"
 
 
 def describe_frame(failure: Failure) -> str:

@@ -10,23 +10,26 @@ from ray_doctor.rules._base import (
     Rule,
     Severity,
     describe_frame,
+    describe_ranks,
     failure_evidence,
     failure_subject,
+    resume_hint,
+    subject_name,
 )
 
 
-def _fix(failure: Failure | None) -> str:
+def _fix(experiment: Experiment, failure: Failure | None) -> str:
+    resume = resume_hint(experiment)
     if failure is not None and failure.user_frame is not None:
         frame = failure.user_frame
         return (
             f"Fix the error raised in `{frame.function}` ({frame.file}:{frame.line}), then "
-            "re-run the failed trials: `Tuner.restore(path, trainable, resume_errored=True)` "
-            "continues them from their last checkpoint, `restart_errored=True` starts them over."
+            f"{resume}."
         )
     return (
-        "Read the error text in the evidence; it is Ray's or the library's own message. "
-        "Reproduce the trial on its own with the same config to see the full traceback, then "
-        "re-run the failed trials with `Tuner.restore(path, trainable, resume_errored=True)`."
+        "Read the error text in the evidence: it is Ray's or a library's own message, and "
+        "ray-doctor knows no specific cause for it. Reproduce the failing trial on its own with "
+        f"the same config to see the whole traceback; once fixed, {resume}."
     )
 
 
@@ -65,25 +68,30 @@ class TrialError(Rule):
             if trial.status != TrialStatus.ERROR:
                 continue
             failure = trial.failures[-1] if trial.failures else None
+            who = subject_name(experiment, trial)
             if failure is None:
                 message = (
-                    f"Trial {trial.trial_id} ended in ERROR, but no error text was found "
+                    f"{who} ended in ERROR, but no error text was found "
                     "(no error.txt on storage and no traceback in the logs given)."
                 )
                 evidence = []
             else:
                 message = (
-                    f"Trial {trial.trial_id} failed with {failure.summary}"
+                    f"{who} failed{describe_ranks(failure)} with {failure.summary}"
                     f"{describe_frame(failure)}."
                 )
                 evidence = failure_evidence(failure)
-            yield self.finding(experiment, message, _fix(failure), evidence, trial=trial)
+            fix = _fix(experiment, failure)
+            yield self.finding(experiment, message, fix, evidence, trial=trial)
         for index, failure in enumerate(experiment.failures):
-            message = f"The run failed with {failure.summary}{describe_frame(failure)}."
+            message = (
+                f"The run failed{describe_ranks(failure)} with {failure.summary}"
+                f"{describe_frame(failure)}."
+            )
             yield self.finding(
                 experiment,
                 message,
-                _fix(failure),
+                _fix(experiment, failure),
                 failure_evidence(failure),
                 subject=failure_subject(experiment, index),
             )

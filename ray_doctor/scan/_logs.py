@@ -234,7 +234,8 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
         if isinstance(exc_text, str) and exc_text.strip():
             block = [(lineno, text) for text in exc_text.splitlines()]
             failure = parse_failure(block, path)
-            failure.source = Evidence(path, lineno, (message or exc_text).strip()[:MAX_EXCERPT])
+            # One JSON record holds the whole traceback: its exception line is the excerpt.
+            failure.source = failure.exc_line or Evidence(path, lineno, message or exc_text)
             if isinstance(rank, int) and rank not in failure.ranks:
                 failure.ranks.append(rank)
             result.failures.append((failure, None))
