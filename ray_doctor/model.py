@@ -6,6 +6,7 @@ logs into these dataclasses; rules and reports never touch files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
@@ -87,11 +88,33 @@ class Failure:
     text: str = ""  # the block itself, capped, ANSI codes removed
     source: Evidence | None = None  # where the block starts
     exc_line: Evidence | None = None  # where the exception line is
+    # (index of a line in `text`, its line number in `source.path`) where a run of
+    # consecutive lines starts: blocks are capped to their head and tail, so there can be two.
+    line_map: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def summary(self) -> str:
         kind = self.exc_type or "unknown error"
-        return f"{kind}: {self.message}" if self.message else kind
+        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{kind}: {one_line(first)}" if first else kind
+
+    def lines(self) -> Iterator[tuple[int | None, str]]:
+        """The block's lines with their line numbers in the file they came from."""
+        runs = self.line_map
+        run = -1
+        for index, line in enumerate(self.text.splitlines()):
+            while run + 1 < len(runs) and runs[run + 1][0] <= index:
+                run += 1
+            yield (runs[run][1] + index - runs[run][0] if run >= 0 else None), line
+
+    def evidence_for(self, pattern: re.Pattern[str]) -> tuple[Evidence, re.Match[str]] | None:
+        """The first line of the block matching `pattern`, as evidence."""
+        path = self.source.path if self.source else ""
+        for lineno, line in self.lines():
+            match = pattern.search(line)
+            if match:
+                return Evidence(path, lineno, line), match
+        return None
 
 
 @dataclass(frozen=True)
@@ -199,9 +222,10 @@ class Trial:
 class LogEvent:
     """A notable line in a log: an error line, a Tune status line, a kill notice."""
 
-    kind: str  # e.g. "error-line", "trials-incomplete", "trial-errored", "interrupted"
+    kind: str  # e.g. "error-line", "trials-incomplete", "trial-errored", "interrupted", "signal"
     source: Evidence
     trial: str | None = None  # trial id or name when the line names one
+    pid: int | None = None  # the process the line is about, when it says
 
 
 @dataclass(frozen=True)

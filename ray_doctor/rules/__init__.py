@@ -1,8 +1,9 @@
 """The rule registry and the engine that runs it over a scan.
 
-`REGISTRY` is the single table of stable rule ids (the public contract). The engine runs every
+`RULES` is the single table of stable rule ids (the public contract). The engine runs every
 rule on every experiment, folds findings that describe the same failure under the most specific
-one, and sorts what is left by severity. It never prints.
+one, then runs the cross-trial rules that read those findings, and sorts by severity. It never
+prints.
 """
 
 from __future__ import annotations
@@ -12,16 +13,48 @@ from collections.abc import Iterable
 from ray_doctor.findings import Finding, Related, Severity
 from ray_doctor.model import ScanResult
 from ray_doctor.rules._base import Rule, RuleDoc
+from ray_doctor.rules.checkpoint_corrupt import CheckpointCorrupt
+from ray_doctor.rules.checkpoint_missing import CheckpointMissing
+from ray_doctor.rules.collective_timeout import CollectiveTimeout
+from ray_doctor.rules.config_correlated_failures import ConfigCorrelatedFailures
+from ray_doctor.rules.device_mismatch import DeviceMismatch
+from ray_doctor.rules.disk_full import DiskFull
+from ray_doctor.rules.metric_nonfinite import MetricNonfinite
+from ray_doctor.rules.missing_module import MissingModule
+from ray_doctor.rules.nccl_error import NcclError
+from ray_doctor.rules.oom import OomCuda, OomKilledByOs, OomRayMemoryMonitor
+from ray_doctor.rules.port_conflict import PortConflict
 from ray_doctor.rules.recovered_after_failure import RecoveredAfterFailure
+from ray_doctor.rules.resources_insufficient import ResourcesInsufficient
 from ray_doctor.rules.retries_exhausted import RetriesExhausted
+from ray_doctor.rules.state_dict_mismatch import StateDictMismatch
+from ray_doctor.rules.storage_unreachable import StorageUnreachable
 from ray_doctor.rules.trial_error import TrialError
 from ray_doctor.rules.trial_incomplete import TrialIncomplete
+from ray_doctor.rules.trial_stalled import TrialStalled
 
 RULES: tuple[type[Rule], ...] = (
-    TrialError,
+    OomRayMemoryMonitor,
+    OomCuda,
+    OomKilledByOs,
     TrialIncomplete,
+    TrialError,
     RetriesExhausted,
     RecoveredAfterFailure,
+    CheckpointCorrupt,
+    CheckpointMissing,
+    StateDictMismatch,
+    CollectiveTimeout,
+    NcclError,
+    PortConflict,
+    DeviceMismatch,
+    MetricNonfinite,
+    TrialStalled,
+    DiskFull,
+    StorageUnreachable,
+    MissingModule,
+    ResourcesInsufficient,
+    ConfigCorrelatedFailures,
 )
 REGISTRY: dict[str, type[Rule]] = {rule.id: rule for rule in RULES}
 assert len(REGISTRY) == len(RULES), "two rules share an id"
@@ -41,20 +74,23 @@ def fold(findings: Iterable[Finding]) -> list[Finding]:
             kept.append(finding)
         else:
             leader.related.append(Related(finding.rule, finding.title, finding.message))
+            if finding.severity.rank > leader.severity.rank:
+                leader.severity = finding.severity  # the headline is as serious as what it holds
     return kept
 
 
 def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = RULES) -> list[Finding]:
     instances = [rule() for rule in rules]
-    findings = [
-        finding
-        for experiment in result.experiments
-        for rule in instances
-        for finding in rule.check(experiment)
-    ]
+    findings: list[Finding] = []
+    for experiment in result.experiments:
+        own = fold(f for rule in instances for f in rule.check(experiment))
+        for rule in instances:
+            if getattr(rule, "needs_findings", False):
+                own += list(rule.check_findings(experiment, own))
+        findings += own
     order = {rule.id: i for i, rule in enumerate(RULES)}
     return sorted(
-        fold(findings),
+        findings,
         key=lambda f: (
             -f.severity.rank,
             f.experiment or "",

@@ -55,6 +55,8 @@ class Rule(ABC):
     specificity: ClassVar[int] = 0
     # A bundled fixture that shows the rule firing; docs and tests run it.
     example: ClassVar[str | None] = None
+    # Cross-trial rules read the other rules' (folded) findings: see `check_findings`.
+    needs_findings: ClassVar[bool] = False
 
     @classmethod
     def doc(cls) -> RuleDoc:
@@ -67,6 +69,10 @@ class Rule(ABC):
     @abstractmethod
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         """Yield findings; read only the model."""
+
+    def check_findings(self, experiment: Experiment, findings: list[Finding]) -> Iterator[Finding]:
+        """For `needs_findings` rules: runs after the others, with their findings."""
+        return iter(())
 
     def finding(
         self,
@@ -99,6 +105,14 @@ def trial_subject(experiment: Experiment, trial: Trial) -> str:
 
 def failure_subject(experiment: Experiment, index: int) -> str:
     return f"run:{experiment.path}:{index}"
+
+
+def stop_subject(experiment: Experiment) -> str:
+    """What log-only evidence explains: the driver's crash if there is one, else the stop
+    that left trials unfinished (trial-incomplete uses the same subject, so it folds)."""
+    if experiment.failures:
+        return failure_subject(experiment, len(experiment.failures) - 1)
+    return f"incomplete:{experiment.path}"
 
 
 def failure_evidence(failure: Failure) -> list[Evidence]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ray_doctor.model import Evidence, Experiment
-from ray_doctor.rules._base import Finding, Rule, Severity
+from ray_doctor.rules._base import Finding, Rule, Severity, stop_subject
 
 SHOWN = 5
 
@@ -53,7 +53,7 @@ class TrialIncomplete(Rule):
                     "The driver reported that trials did not complete.",
                     self._fix(),
                     [e.source for e in stop_events],
-                    subject=f"incomplete:{experiment.path}",
+                    subject=stop_subject(experiment),
                 )
             return
         counts = Counter(t.status.value for t in unfinished)
@@ -67,7 +67,9 @@ class TrialIncomplete(Rule):
             f"({breakdown}: {names}). The driver stopped before they completed"
         )
         interrupted = next((e for e in stop_events if e.kind == "interrupted"), None)
-        if interrupted is not None:
+        if experiment.failures:
+            message += f"; the driver crashed with {experiment.failures[-1].summary}"
+        elif interrupted is not None:
             message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
         message += (
             f". {resumable} of them have a checkpoint to resume from."
@@ -86,13 +88,14 @@ class TrialIncomplete(Rule):
             for t in unfinished[:SHOWN]
         ] + [e.source for e in stop_events[:3]]
         trial = unfinished[0] if len(unfinished) == 1 else None
+        # One subject with the driver's crash (if any): a rule that explains the crash leads.
         yield self.finding(
             experiment,
             message,
             self._fix(),
             evidence,
             trial=trial,
-            subject=None if trial else f"incomplete:{experiment.path}",
+            subject=stop_subject(experiment),
         )
 
     @staticmethod

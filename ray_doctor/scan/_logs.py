@@ -27,8 +27,8 @@ RECORD_START = re.compile(
     r"[╭╰│├]|Trial status:|Current time:|View detailed results|== Status ==)"
 )
 MAX_TRACEBACK_LINES = 2000
-MAX_MESSAGE_CONTINUATION = 30
-MAX_EVENTS_PER_FILE = 200
+MAX_MESSAGE_CONTINUATION = 60
+MAX_EVENTS_PER_FILE = 500
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
 
@@ -56,7 +56,22 @@ EVENT_PATTERNS = (
         "error-line",
         re.compile(r"(^|\s)(ERROR|CRITICAL|FATAL)(\s|:|$)|^\[[\d\- :,]+ [EF] \d+ \d+\]"),
     ),
+    # Lines that can explain a failure whatever their level: kills, exits, resources, I/O.
+    # Rules decide what they mean; this only keeps them (bounded per file).
+    EventPattern(
+        "signal",
+        re.compile(
+            r"(?i)out of memory|low on memory|\boom\b|oom-kill|killed process|\bkill(ed|ing)\b|"
+            r"sigkill|exit(ed)? (with )?(code|status)|exit_type|timed out|timeout|"
+            r"address already in use|eaddrinuse|errno:? ?98|no space left|enospc|errno:? ?28|"
+            r"insufficient|cannot be scheduled|no available node types|"
+            r"unable to set up cluster storage|no module named|\bnccl|watchdog|barrier|"
+            r"rendezvous|not on the expected device|same device|central directory|"
+            r"ran out of input|unpickling|state_dict|safetensor|not enough resources"
+        ),
+    ),
 )
+PID_IN_LINE = re.compile(r"\bpid[=: ]+(?P<pid>\d+)")
 TRIAL_IN_CONTEXT = re.compile(r"Trial task failed for trial (?P<trial>\S+)")
 # A traceback printed by a worker is the failure only when the line before says so; others
 # (a background thread dying, a retried call) are kept as events, never as the cause.
@@ -119,7 +134,7 @@ class _TextLogParser:
             self.block_pid = pid
             self.after_exception = 0
         else:
-            self._event(lineno, line)
+            self._event(lineno, line, pid)
         if line.strip():
             self.context.append(line)
 
@@ -135,7 +150,9 @@ class _TextLogParser:
             return True
         blank, self.pending_blank = self.pending_blank, None
         chained = line.startswith(("Traceback (", "[Rank ")) or line.startswith(CHAIN_MARKERS)
-        if blank is not None and not chained:
+        # A single blank line ends a traceback, unless a chained one follows or it sits inside
+        # a long exception message (Ray's OOM text has blank lines in it).
+        if blank is not None and not chained and self.after_exception <= 0:
             return False
         if blank is not None:
             self.block.append(blank)
@@ -177,14 +194,17 @@ class _TextLogParser:
                 break
         self.result.failures.append((failure, trial))
 
-    def _event(self, lineno: int, line: str) -> None:
+    def _event(self, lineno: int, line: str, pid: str | None = None) -> None:
         if len(self.result.events) >= MAX_EVENTS_PER_FILE or not line.strip():
             return
         found = _classify(line)
         if found:
             kind, trial = found
-            excerpt = line.strip()[:MAX_EXCERPT]
-            self.result.events.append(LogEvent(kind, Evidence(self.path, lineno, excerpt), trial))
+            if pid is None:
+                in_line = PID_IN_LINE.search(line)
+                pid = in_line["pid"] if in_line else None
+            evidence = Evidence(self.path, lineno, line)
+            self.result.events.append(LogEvent(kind, evidence, trial, int(pid) if pid else None))
 
     def finish(self) -> LogResult:
         if self.block is not None:
@@ -227,9 +247,11 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
         level = str(record.get("levelname", ""))
         message = str(record.get("message", ""))
         rank = record.get("world_rank")
-        if level in ("ERROR", "CRITICAL") and len(result.events) < MAX_EVENTS_PER_FILE:
-            excerpt = message.strip().splitlines()[0][:MAX_EXCERPT] if message.strip() else level
-            result.events.append(LogEvent("error-line", Evidence(path, lineno, excerpt)))
+        if len(result.events) < MAX_EVENTS_PER_FILE and message.strip():
+            found = _classify(message)
+            if level in ("ERROR", "CRITICAL") or found:
+                kind = "error-line" if level in ("ERROR", "CRITICAL") else found[0]
+                result.events.append(LogEvent(kind, Evidence(path, lineno, message)))
         exc_text = record.get("exc_text")
         if isinstance(exc_text, str) and exc_text.strip():
             block = [(lineno, text) for text in exc_text.splitlines()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ray_doctor.model import (
     Experiment,
     Failure,
@@ -86,6 +88,17 @@ def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failur
         trial.status = TrialStatus.ERROR
 
 
+def _trials_by_pid(experiments: list[Experiment]) -> dict[int, tuple[Experiment, Trial]]:
+    """Map worker pids (from each trial's last reported row) to trials."""
+    out: dict[int, tuple[Experiment, Trial]] = {}
+    for experiment in experiments:
+        for trial in experiment.trials:
+            pid = trial.last_result.get("pid")
+            if isinstance(pid, int) and not isinstance(pid, bool):
+                out[pid] = (experiment, trial)
+    return out
+
+
 def merge_logs(result: ScanResult, found: LogResult) -> None:
     experiments = result.experiments
     if not experiments:
@@ -104,7 +117,10 @@ def merge_logs(result: ScanResult, found: LogResult) -> None:
             if orphans is None:
                 orphans = log_experiment("logs", "logs", LogResult())
             orphans.failures.append(failure)
+    by_pid = _trials_by_pid(experiments)
     for event in found.events:
+        if event.trial is None and event.pid in by_pid:
+            event = replace(event, trial=by_pid[event.pid][1].trial_id)
         located = _find_trial(experiments, event.trial)
         owner = located[0] if located else single
         if owner is None:

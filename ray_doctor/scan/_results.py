@@ -27,6 +27,7 @@ CHECKPOINT_KEY = b'"checkpoint_dir_name": "'
 NONFINITE = re.compile(rb"NaN|Infinity")
 CHECKPOINT = re.compile(rb'"checkpoint_dir_name": "([^"\\]{1,200})"')
 ITERATION = re.compile(rb'"training_iteration": (\d+)')
+SINCE_RESTORE = re.compile(rb'"iterations_since_restore": (\d+)')
 MAX_NONFINITE_PARSES = 20  # rows parsed to name the metrics that went non-finite
 MAX_BAD_LINES = 20  # bad lines recorded by number (all are counted)
 MAX_LINE = 16 * 1024 * 1024
@@ -121,14 +122,18 @@ class _Summarizer:
             history.rows += self._check_lines(buf)
         if b"NaN" in buf or b"Infinity" in buf:
             self._scan_nonfinite(buf)
-        self._scan_restarts(buf)
+        end = len(buf) - 1
+        last_line = buf[buf.rfind(b"\n", 0, end) + 1 : end]
+        # iterations_since_restore counts rows since the last (re)start: when the last row's
+        # count equals the rows so far, nothing restarted and the search can be skipped.
+        since = SINCE_RESTORE.search(last_line)
+        if not (since and int(since[1]) == history.rows and self.history.restart_count == 0):
+            self._scan_restarts(buf)
         if self.checkpoints_wanted or CHECKPOINT_KEY in buf:
             self._scan_checkpoints(buf)
-        end = len(buf) - 1
-        start = buf.rfind(b"\n", 0, end) + 1
-        self.prev_line = buf[start:end]
-        if self.prev_line.strip():
-            self.last_good = self.prev_line
+        self.prev_line = last_line
+        if last_line.strip():
+            self.last_good = last_line
         self.lines_before += count
 
     def _check_lines(self, buf: bytes) -> int:

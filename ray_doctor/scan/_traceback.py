@@ -48,7 +48,7 @@ LIBRARY_PATH = re.compile(
     r"/ray/(tune|train|air|_private|util|_raylet)|/torch/)"
 )
 MAX_MESSAGE_LINES = 25
-MAX_TEXT = 20_000
+MAX_LINE_CHARS = 2_000
 
 
 def strip_ansi(text: str) -> str:
@@ -113,9 +113,17 @@ def parse_failure(
         if match:
             exceptions.append((pos, match))
 
-    text = "\n".join(line for _, line in lines).strip()
-    if len(text) > MAX_TEXT:
-        text = text[: MAX_TEXT // 2] + "\n...\n" + text[-MAX_TEXT // 2 :]
+    # Trim blank lines at both ends; cap each line so one huge line cannot bloat the model.
+    while lines and not lines[0][1].strip():
+        lines = lines[1:]
+    while lines and not lines[-1][1].strip():
+        lines = lines[:-1]
+    text = "\n".join(line[:MAX_LINE_CHARS] for _, line in lines)
+    line_map = [
+        (index, lineno)
+        for index, (lineno, _) in enumerate(lines)
+        if index == 0 or lineno != lines[index - 1][0] + 1
+    ]
     first_line = next((n for n, line in lines if line.strip()), lines[0][0] if lines else None)
     source = Evidence(path, first_line, _first_text(lines))
     ranks = sorted(
@@ -158,6 +166,7 @@ def parse_failure(
         user_frame=user_frame(frames),
         ranks=ranks,
         text=text,
+        line_map=line_map,
         source=source,
         exc_line=exc_line,
     )

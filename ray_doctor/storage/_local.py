@@ -60,18 +60,20 @@ class LocalStorage(Storage):
         return self._entry(path, os.path.basename(path.rstrip(os.sep)) or path, st)
 
     def list_dir(self, path: str) -> list[Entry]:
+        """Entries from the dir's own type info: no stat per entry (size and mtime stay None;
+        `stat()` has them). Symlinks are followed; loops and dangling links are not files."""
         entries = []
         try:
             with os.scandir(path) as it:
                 for item in it:
                     try:
-                        st = item.stat()
+                        is_dir = item.is_dir()
+                        is_file = not is_dir and item.is_file()
                     except OSError:
-                        # A dangling link, a loop, a file we may not stat: list it as unreadable.
-                        name = printable(item.name)
-                        entries.append(Entry(name, item.path, False, None, None, False))
-                        continue
-                    entries.append(self._entry(item.path, item.name, st))
+                        is_dir = is_file = False
+                    entries.append(
+                        Entry(printable(item.name), item.path, is_dir, None, None, is_file)
+                    )
         except OSError as exc:
             raise StorageError(self.display(path), _reason(exc)) from None
         entries.sort(key=lambda e: e.name)

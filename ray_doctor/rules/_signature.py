@@ -1,0 +1,191 @@
+"""Rules that recognise a failure by its text: a table of signatures per rule.
+
+A `SignatureRule` looks at the failures that ended a trial or a run (the last `Failure # N`
+of an errored trial, a driver's uncaught traceback, a Train V2 worker-group error) and, when
+no failure carries its signature, at the log lines the scan kept. The first signature that
+matches makes the finding; the rule turns the match into a message and a fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
+from ray_doctor.rules._base import (
+    Rule,
+    failure_evidence,
+    failure_subject,
+    stop_subject,
+    trial_subject,
+)
+
+MAX_EVENT_EVIDENCE = 5
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One way the cause shows up in text. `label` says which wording it is."""
+
+    label: str
+    pattern: re.Pattern[str]
+
+
+def signatures(*pairs: tuple[str, str], flags: int = 0) -> tuple[Signature, ...]:
+    return tuple(Signature(label, re.compile(regex, flags)) for label, regex in pairs)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A signature found in a failure block or a log line."""
+
+    signature: Signature
+    match: re.Match[str]
+    evidence: Evidence
+    failure: Failure | None = None
+    trial: Trial | None = None
+    event: LogEvent | None = None
+
+
+def ended_by(experiment: Experiment) -> Iterator[tuple[Trial | None, Failure, str]]:
+    """(trial, failure, subject) for each failure that ended something.
+
+    An errored trial is explained by its last failure; earlier ones were retried. A run-level
+    failure (the driver's own traceback, a failure in a log) is explained as it stands.
+    """
+    for trial in experiment.trials:
+        if trial.failures and trial.status in (TrialStatus.ERROR, TrialStatus.UNKNOWN):
+            yield trial, trial.failures[-1], trial_subject(experiment, trial)
+    for index, failure in enumerate(experiment.failures):
+        yield None, failure, failure_subject(experiment, index)
+
+
+def search(sigs: Iterable[Signature], failure: Failure) -> Hit | None:
+    for signature in sigs:
+        found = failure.evidence_for(signature.pattern)
+        if found:
+            evidence, match = found
+            return Hit(signature, match, evidence, failure)
+    return None
+
+
+def search_events(sigs: Iterable[Signature], events: Iterable[LogEvent]) -> list[Hit]:
+    hits = []
+    for event in events:
+        for signature in sigs:
+            match = signature.pattern.search(event.source.excerpt)
+            if match:
+                hits.append(Hit(signature, match, event.source, event=event))
+                break
+    return hits
+
+
+class SignatureRule(Rule):
+    """A rule whose evidence is text. Subclasses set `signatures` and write `explain`."""
+
+    signatures: ClassVar[tuple[Signature, ...]] = ()
+    specificity = 2
+    # Also fire on log lines when no failure carries the signature (e.g. raylet.out kills).
+    use_events: ClassVar[bool] = True
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        """(message, fix) for a hit; `hit.trial` / `hit.failure` say what it is about."""
+        raise NotImplementedError
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        """True when a more telling rule owns this failure (see the OOM family)."""
+        return False
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        fired: list[Finding] = []
+        for trial, failure, subject in ended_by(experiment):
+            hit = search(self.signatures, failure)
+            if hit is None or self.excluded(experiment, failure):
+                continue
+            hit = Hit(hit.signature, hit.match, hit.evidence, failure, trial)
+            message, fix = self.explain(experiment, hit)
+            evidence = [hit.evidence, *failure_evidence(failure)]
+            fired.append(
+                self.finding(
+                    experiment, message, fix, _unique(evidence), trial=trial, subject=subject
+                )
+            )
+        if self.use_events and not self.excluded(experiment, None):
+            hits = search_events(self.signatures, experiment.events)
+            if hits and fired:
+                # The logs back up what the failures say: add their lines as evidence.
+                fired[0].evidence = _unique(
+                    fired[0].evidence + [h.evidence for h in hits[:MAX_EVENT_EVIDENCE]]
+                )
+            elif hits:
+                fired.append(self._from_events(experiment, hits))
+        yield from fired
+
+    def _from_events(self, experiment: Experiment, hits: list[Hit]) -> Finding:
+        trial = _trial_of(experiment, hits)
+        hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial)
+        message, fix = self.explain(experiment, hit)
+        stopped = any(
+            t.status.unfinished or t.status == TrialStatus.ERROR for t in experiment.trials
+        )
+        severity = self.severity
+        if experiment.trials and not stopped and not experiment.failures:
+            # It happened, but every trial finished: worth knowing, not a failure.
+            severity = Severity.WARNING if self.severity == Severity.ERROR else self.severity
+            message += " Every trial still finished (Ray retried or the work was elsewhere)."
+        subject = trial_subject(experiment, trial) if trial else stop_subject(experiment)
+        if severity != self.severity:
+            subject = None  # a survived event does not explain any failure
+        return self.finding(
+            experiment,
+            message,
+            fix,
+            [h.evidence for h in hits[:MAX_EVENT_EVIDENCE]],
+            trial=trial,
+            subject=subject,
+            severity=severity,
+        )
+
+
+def _trial_of(experiment: Experiment, hits: list[Hit]) -> Trial | None:
+    """The trial the log lines are about, when they all name the same one."""
+    keys = {h.event.trial for h in hits if h.event is not None and h.event.trial}
+    if len(keys) == 1:
+        return experiment.trial(keys.pop())
+    return None
+
+
+def _unique(evidence: list[Evidence]) -> list[Evidence]:
+    seen: set[tuple[str, int | None]] = set()
+    out = []
+    for item in evidence:
+        key = (item.path, item.line)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def hit_text(hit: Hit) -> str:
+    """The whole failure block of a hit, or its log line."""
+    return hit.failure.text if hit.failure else hit.evidence.excerpt
+
+
+def first_match(hit: Hit, *patterns: re.Pattern[str]) -> re.Match[str] | None:
+    text = hit_text(hit)
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            return match
+    return None
+
+
+def first_group(hit: Hit, *patterns: re.Pattern[str]) -> str | None:
+    """The first non-empty capture of the first pattern found in the hit's text."""
+    match = first_match(hit, *patterns)
+    if match is None:
+        return None
+    return next((g for g in match.groups() if g), None)

@@ -1,0 +1,93 @@
+"""checkpoint-corrupt: a restore failed on a damaged checkpoint file."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import resume_hint, subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
+
+CHECKPOINT_PATH = re.compile(r"(checkpoint_[\w.:-]+)")
+
+CORRUPT = signatures(
+    (
+        "truncated torch zip",
+        r"PytorchStreamReader failed reading zip archive|failed finding central directory",
+    ),
+    (
+        "torch zip record missing",
+        r"PytorchStreamReader failed locating file|file not found: archive/",
+    ),
+    ("pickle cut short", r"EOFError: Ran out of input|Ran out of input"),
+    (
+        "pickle garbage",
+        r"UnpicklingError: (?:invalid load key|pickle data was truncated|unpickling stack underflow)",
+    ),
+    (
+        "safetensors header",
+        r"SafetensorError: Error while deserializing header|HeaderTooLarge|HeaderTooSmall|InvalidHeaderDeserialization|MetadataIncompleteBuffer",
+    ),
+    ("zip CRC", r"Bad CRC-32|BadZipFile|CRC check failed"),
+)
+
+
+class CheckpointCorrupt(SignatureRule):
+    """A trial failed while restoring from a damaged checkpoint file.
+
+    Symptom:
+        A retry or a resume fails right away with "PytorchStreamReader failed reading zip
+        archive: failed finding central directory", `EOFError: Ran out of input`,
+        `UnpicklingError: invalid load key`, a safetensors header error or a zip CRC error;
+        every further retry fails the same way.
+    Likely cause:
+        The checkpoint was cut short or damaged while it was written: the node died, the disk
+        filled up, or a sync copied a file that was still being written. Tune keeps restoring
+        the newest checkpoint, so retries cannot get past it.
+    Evidence it uses:
+        The error text of the trial's last failure (error.txt, driver or worker logs) and the
+        checkpoint dir it names, if any. A `weights_only` refusal ("Weights only load failed")
+        is not corruption and does not fire this rule.
+    Fix:
+        Check the checkpoint with `ray-doctor verify-checkpoint`, then move the damaged
+        checkpoint dir aside so the restore uses the previous one, and resume. Write
+        checkpoints to a temporary dir and report them only when complete (the
+        `tune.report(checkpoint=Checkpoint.from_directory(tmp))` pattern), and keep at least
+        two (`CheckpointConfig(num_to_keep=2)` or more).
+    References:
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-trial-checkpoints.html
+        - https://docs.ray.io/en/latest/train/user-guides/checkpoints.html
+    """
+
+    id = "checkpoint-corrupt"
+    title = "Checkpoint is damaged"
+    severity = Severity.ERROR
+    example = "fixtures/tune_corrupt_checkpoint"
+    signatures = CORRUPT
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        named = first_group(hit, CHECKPOINT_PATH)
+        trial = hit.trial
+        candidate = named
+        if candidate is None and trial is not None and trial.last_checkpoint is not None:
+            candidate = trial.last_checkpoint.name
+        message = (
+            f"{subject_name(experiment, trial)} failed to restore from a damaged checkpoint "
+            f"({hit.signature.label}: {hit.evidence.excerpt})"
+        )
+        if candidate:
+            message += f"; the checkpoint it restores from is {candidate}"
+        if trial is not None and len(trial.failures) > 1:
+            message += (
+                f", after {len(trial.failures) - 1} earlier failure(s) that led to the restore"
+            )
+        message += "."
+        target = f" `{candidate}`" if candidate else ""
+        fix = (
+            f"Check it with `ray-doctor verify-checkpoint`, move the damaged checkpoint dir{target} "
+            f"aside so the previous one is used, then {resume_hint(experiment)}. Write checkpoints "
+            "to a temporary dir and report them only when complete, and keep at least two "
+            "(`CheckpointConfig(num_to_keep=2)`)."
+        )
+        return message, fix

@@ -1,0 +1,146 @@
+"""checkpoint-missing: nothing to resume from, or records name a checkpoint that is gone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Evidence, Experiment, Layout, Trial, TrialStatus
+from ray_doctor.rules._base import Rule, resume_hint, subject_name
+from ray_doctor.rules._signature import search, signatures
+
+GONE = signatures(
+    (
+        "snapshot names a missing checkpoint",
+        r"contains a reference to a checkpoint that does not exist anymore",
+    ),
+    ("checkpoint manager init", r"CheckpointManagerInitializationError"),
+    (
+        "checkpoint path missing",
+        r"(?:FileNotFoundError|No such file or directory).{0,200}checkpoint_",
+    ),
+)
+
+
+class CheckpointMissing(Rule):
+    """A failure had no checkpoint to resume from, or the records name a checkpoint that is gone.
+
+    Symptom:
+        A trial with retries (`max_failures > 0`) failed and every retry started over from
+        iteration 1; or a Train V2 `checkpoint_manager_snapshot.json` (or a trial's last
+        reported `checkpoint_dir_name`) names a checkpoint dir that is not on storage, and a
+        resume fails with "The run snapshot contains a reference to a checkpoint that does not
+        exist anymore".
+    Likely cause:
+        The training function never reports a checkpoint (`tune.report(..., checkpoint=...)`)
+        or does not load one (`tune.get_checkpoint()` / `ray.train.get_checkpoint()`), so a
+        retry cannot resume. Dangling records come from checkpoint dirs deleted by hand or by
+        a cleanup job, a sync that never finished, or storage that is not shared between nodes.
+    Evidence it uses:
+        Trial status, `max_failures`, the checkpoint dirs on storage, the last
+        `checkpoint_dir_name` in result.json, the Train V2 snapshot's `checkpoint_results` and
+        `latest_checkpoint_result`, and the resume error text.
+    Fix:
+        Report checkpoints regularly and restore from `get_checkpoint()` at the start of the
+        training function. For a dangling Train V2 snapshot: put the missing dir back, or start
+        a new run with a new `RunConfig(name=...)`; never delete checkpoint dirs by hand, let
+        `CheckpointConfig(num_to_keep=...)` do it.
+    References:
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-trial-checkpoints.html
+        - https://docs.ray.io/en/latest/train/user-guides/checkpoints.html
+    """
+
+    id = "checkpoint-missing"
+    title = "No checkpoint to resume from"
+    severity = Severity.ERROR
+    example = "fixtures/tune_no_checkpoint"
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        for trial in experiment.trials:
+            missing = [c for c in trial.checkpoints if not c.exists]
+            if missing:
+                yield self._dangling(experiment, trial, missing)
+            elif self._retried_from_scratch(trial):
+                yield self._nothing_to_resume(experiment, trial)
+        for index, failure in enumerate(experiment.failures):
+            hit = search(GONE, failure)
+            if hit:
+                yield self.finding(
+                    experiment,
+                    f"Resuming failed: {hit.evidence.excerpt}",
+                    self._dangling_fix(experiment),
+                    [hit.evidence],
+                    subject=f"run:{experiment.path}:{index}",
+                )
+
+    @staticmethod
+    def _retried_from_scratch(trial: Trial) -> bool:
+        return (
+            trial.status == TrialStatus.ERROR
+            and bool(trial.max_failures)
+            and trial.failure_count > 1
+            and not trial.checkpoints
+        )
+
+    def _dangling(self, experiment: Experiment, trial: Trial, missing) -> Finding:
+        names = ", ".join(c.name for c in missing[:3])
+        source = (
+            "checkpoint_manager_snapshot.json"
+            if experiment.layout == Layout.TRAIN_V2
+            else "the last checkpoint_dir_name in result.json"
+        )
+        message = (
+            f"{subject_name(experiment, trial)}: {source} names {names}, which is not on storage; "
+            "a resume from this run fails or silently starts from an older state."
+        )
+        evidence = [Evidence(c.path, None, f"{c.name}: not found on storage") for c in missing[:3]]
+        return self.finding(
+            experiment,
+            message,
+            self._dangling_fix(experiment),
+            evidence,
+            trial=trial,
+            subject=f"checkpoint:{experiment.path}:{trial.trial_id}",
+        )
+
+    @staticmethod
+    def _dangling_fix(experiment: Experiment) -> str:
+        if experiment.layout == Layout.TRAIN_V2:
+            return (
+                "Put the missing checkpoint dir back, or start a new run with a new "
+                "`RunConfig(name=...)` (optionally passing a good checkpoint as "
+                "`resume_from_checkpoint`). Let `CheckpointConfig(num_to_keep=...)` delete "
+                "checkpoints; never remove them by hand."
+            )
+        return (
+            "Put the missing checkpoint dir back if a copy exists (a sync may not have finished, "
+            "or storage is not shared between nodes); otherwise the trial can only resume from an "
+            "older checkpoint. Let `CheckpointConfig(num_to_keep=...)` delete checkpoints."
+        )
+
+    def _nothing_to_resume(self, experiment: Experiment, trial: Trial) -> Finding:
+        restarts = trial.history.restart_count if trial.history else 0
+        message = (
+            f"{subject_name(experiment, trial)} failed {trial.failure_count} times with "
+            f"max_failures={trial.max_failures}, and never saved a checkpoint: every retry "
+            "started over from the first iteration"
+        )
+        message += f" ({restarts} restarts in result.json)." if restarts else "."
+        evidence = [f.source for f in trial.failures if f.source][:3]
+        if trial.path:
+            evidence.append(Evidence(trial.path, None, "no checkpoint_* dir in the trial dir"))
+        fix = (
+            "Report a checkpoint regularly (`tune.report(metrics, checkpoint=Checkpoint."
+            "from_directory(tmp))`) and load it at the start of the training function "
+            "(`tune.get_checkpoint()`), so retries resume instead of starting over; then "
+            f"{resume_hint(experiment)}."
+        )
+        return self.finding(
+            experiment,
+            message,
+            fix,
+            evidence,
+            trial=trial,
+            subject=f"checkpoint:{experiment.path}:{trial.trial_id}",
+            severity=Severity.WARNING,
+        )

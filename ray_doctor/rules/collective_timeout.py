@@ -1,0 +1,121 @@
+"""collective-timeout: a rank hung in a collective, or the process group never formed."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, first_match, hit_text, signatures
+
+HANG = signatures(
+    ("NCCL watchdog timeout", r"Watchdog caught collective operation timeout"),
+    ("gloo timeout", r"Timed out waiting (\d+)ms for (recv|send) operation to complete"),
+    ("gloo timeout", r"\[[^]]*gloo[^]]*\] Timed out"),
+    ("monitored barrier", r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms"),
+    (
+        "Ray Train collective timeout",
+        r"The collective operation timed out after|have not joined the collective operation",
+    ),
+    ("Ray Train NCCL hang", r"NCCLHangError"),
+    ("store-based barrier", r"Timed out initializing process group in store based barrier"),
+    (
+        "rendezvous",
+        r"RendezvousTimeoutError|DistStoreError: .*[Tt]imed? ?out|Socket Timeout|TCPStore.*[Tt]imed? ?out|wait timeout after \d+ms",
+    ),
+)
+NCCL_WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+).*?Timeout\(ms\)=(\d+)\)")
+GLOO = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation")
+BARRIER = re.compile(r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms")
+NOT_JOINED = re.compile(r"have not joined the collective operation: \[([\d,\s]+)\]")
+LAST_WORK = re.compile(r"last enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (\d+)")
+SETUP = ("store-based barrier", "rendezvous")
+
+
+class CollectiveTimeout(SignatureRule):
+    """A collective (allreduce, barrier, send/recv) timed out: a rank hung, died, or never joined.
+
+    Symptom:
+        Training stops with an NCCL watchdog timeout ("Watchdog caught collective operation
+        timeout: WorkNCCL(SeqNum=…, OpType=ALLREDUCE, … Timeout(ms)=600000)"), gloo's "Timed
+        out waiting Nms for recv operation to complete", "Rank N failed to pass
+        monitoredBarrier", Ray Train's collective timeout, or the process group never forms
+        (store-based barrier, rendezvous or TCPStore timeouts).
+    Likely cause:
+        Ranks did not call the same collectives: one took another code path (a condition on
+        the rank, `ray.train.report` called on some ranks only, uneven data so one rank ran out
+        of batches), one rank crashed or was killed (its own error is the real cause), or one
+        is much slower. When the group never forms, ranks cannot reach each other: a firewall
+        between nodes, the wrong network interface, or a rank that never started.
+    Evidence it uses:
+        The timeout text in error.txt, the driver log or the Train worker logs: operation,
+        timeout, sequence numbers and the ranks named, when the text has them.
+    Fix:
+        Make every rank run the same sequence of collectives (report from every rank,
+        `DistributedSampler` with `drop_last=True` for even batches). Look for an earlier
+        error or kill on the rank that did not join. For set-up timeouts, open the ports
+        between nodes and set `NCCL_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME`. Raise the timeout
+        (`TorchConfig(timeout_s=...)`) only for genuinely slow steps such as saving a large
+        checkpoint.
+    References:
+        - https://docs.ray.io/en/latest/train/user-guides/debugging.html
+        - https://pytorch.org/docs/stable/distributed.html#debugging-torch-distributed-applications
+    """
+
+    id = "collective-timeout"
+    title = "Collective operation timed out"
+    severity = Severity.ERROR
+    specificity = 3  # more specific than a generic NCCL error about the same failure
+    example = "fixtures/train_v2_collective_timeout"
+    signatures = HANG
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        who = subject_name(experiment, hit.trial)
+        text = hit_text(hit)
+        details = []
+        nccl = NCCL_WORK.search(text)
+        if nccl:
+            details.append(
+                f"{nccl.group(2)} (SeqNum {nccl.group(1)}) after {int(nccl.group(3)) // 1000} s"
+            )
+        gloo = first_match(hit, GLOO)
+        if gloo:
+            details.append(f"{gloo.group(2)} after {int(gloo.group(1)) / 1000:g} s")
+        barrier = BARRIER.search(text)
+        if barrier:
+            details.append(f"rank {barrier.group(1)} missed the barrier ({barrier.group(2)} ms)")
+        joined = NOT_JOINED.search(text)
+        if joined:
+            details.append(f"ranks that never joined: {joined.group(1).strip()}")
+        progress = LAST_WORK.search(text)
+        if progress:
+            details.append(
+                f"last enqueued work {progress.group(1)}, last completed {progress.group(2)}"
+            )
+        ranks = hit.failure.ranks if hit.failure else []
+        where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
+        if hit.signature.label in SETUP:
+            message = (
+                f"{who}'s process group never finished setting up{where} ({hit.signature.label} "
+                "timeout): the ranks could not reach each other or one never started."
+            )
+            fix = (
+                "Check that every worker started (look for its own error) and that the nodes can "
+                "reach each other on the master port and NCCL/gloo ports (firewalls, security "
+                "groups); pin the interface with `NCCL_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME`."
+            )
+        else:
+            message = f"{who} hung in a collective{where} ({hit.signature.label}"
+            message += f": {'; '.join(details)})" if details else ")"
+            message += (
+                ". The rank that timed out was waiting for another rank that took a different "
+                "code path, crashed or stalled."
+            )
+            fix = (
+                "Make every rank run the same collectives (call `ray.train.report` on every rank; "
+                "even out batches with `DistributedSampler(drop_last=True)`); look for an earlier "
+                "error or kill on the other ranks. Raise `TorchConfig(timeout_s=...)` only for "
+                "steps that are genuinely slow."
+            )
+        return message, fix

@@ -1,0 +1,75 @@
+"""device-mismatch: tensors on different devices met in one operation."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures
+
+MISMATCH = signatures(
+    ("same device", r"Expected all tensors to be on the same device"),
+    ("expected device", r"Tensor on device (\S+) is not on the expected device (\S+?)!?$"),
+    ("input/weight type", r"Input type \((\S+)\) and weight type \((\S+)\) should be the same"),
+    ("device type", r"Expected object of device type (\w+) but got device type (\w+)"),
+    ("backend", r"Expected object of backend (\w+) but got backend (\w+)"),
+    ("not at the same device", r"Input and parameter tensors are not at the same device"),
+)
+DEVICES = re.compile(r"found at least two devices, ([\w:]+) and ([\w:]+)")
+
+
+class DeviceMismatch(SignatureRule):
+    """An operation got tensors on different devices (e.g. the model on GPU, the batch on CPU).
+
+    Symptom:
+        "Expected all tensors to be on the same device, but found at least two devices, cuda:0
+        and cpu!", or older and related wordings: "Input type (torch.cuda.FloatTensor) and weight
+        type (torch.FloatTensor) should be the same", "Expected object of device type cuda but
+        got device type cpu", "Tensor on device meta is not on the expected device cpu!".
+    Likely cause:
+        Manual device handling: the model was moved to the GPU but a batch (or a tensor made
+        inside `forward`, or a loss weight) was not, or the other way round; or a checkpoint
+        was loaded onto another device than the model's.
+    Evidence it uses:
+        The error text in error.txt, the driver log or the worker logs; the two devices when
+        the text names them.
+    Fix:
+        Let Ray Train place things: `ray.train.torch.prepare_model(model)` and
+        `prepare_data_loader(loader)` (or move each batch with
+        `batch.to(ray.train.torch.get_device())`); create new tensors with `device=x.device`;
+        load checkpoints with `map_location=`.
+    References:
+        - https://docs.ray.io/en/latest/train/api/doc/ray.train.torch.prepare_model.html
+        - https://docs.ray.io/en/latest/train/getting-started-pytorch.html
+    """
+
+    id = "device-mismatch"
+    title = "Tensors on different devices"
+    severity = Severity.ERROR
+    example = "fixtures/tune_device_mismatch"
+    signatures = MISMATCH
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        devices = first_match(hit, DEVICES)
+        if devices:
+            pair = f"{devices.group(1)} and {devices.group(2)}"
+        elif hit.match.groups():
+            pair = " and ".join(g for g in hit.match.groups() if g)
+        else:
+            pair = "two devices"
+        message = (
+            f"{subject_name(experiment, hit.trial)} mixed tensors on {pair} in one operation "
+            f"({hit.evidence.excerpt})."
+        )
+        if hit.failure and hit.failure.user_frame:
+            frame = hit.failure.user_frame
+            message += f" It happened in {frame.function} ({frame.file}:{frame.line})."
+        fix = (
+            "Let Ray Train place the model and data (`ray.train.torch.prepare_model`, "
+            "`prepare_data_loader`) or move every batch with "
+            "`.to(ray.train.torch.get_device())`; create new tensors with `device=x.device` and "
+            "load checkpoints with `map_location=`."
+        )
+        return message, fix

@@ -1,0 +1,66 @@
+"""disk-full: a write failed because a disk (or the object store's spill space) was full."""
+
+from __future__ import annotations
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+
+FULL = signatures(
+    ("ENOSPC", r"No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b"),
+    ("Ray OutOfDiskError", r"OutOfDiskError|[Ll]ocal disk is full"),
+    ("disk quota", r"Disk quota exceeded|EDQUOT|\[Errno 122\]"),
+)
+SHOWN = 3
+
+
+class DiskFull(SignatureRule):
+    """A write failed because the disk was full (checkpoints, results, spilled objects).
+
+    Symptom:
+        "OSError: [Errno 28] No space left on device" (ENOSPC), "Disk quota exceeded", or
+        Ray's `OutOfDiskError` / "Local disk is full" while a trial writes a checkpoint or its
+        results, or while Ray spills objects.
+    Likely cause:
+        Checkpoints pile up (every one is kept unless `CheckpointConfig(num_to_keep=...)` says
+        otherwise, and large models make each one big), logs or spilled objects fill
+        `/tmp/ray`, or the storage volume is small.
+    Evidence it uses:
+        The error text, and the trials that keep the most checkpoint dirs on storage.
+    Fix:
+        Keep fewer checkpoints: `CheckpointConfig(num_to_keep=2)` (with
+        `checkpoint_score_attribute` to keep the best). Save only what a restore needs (model
+        and optimizer state; save on rank 0 only in Train). Put `storage_path` on a bigger
+        volume or object storage, move Ray's temp dir (`ray start --temp-dir`) off a small
+        root disk, and clean old sessions in `/tmp/ray`.
+    References:
+        - https://docs.ray.io/en/latest/tune/api/doc/ray.tune.CheckpointConfig.html
+        - https://docs.ray.io/en/latest/ray-core/objects/object-spilling.html
+    """
+
+    id = "disk-full"
+    title = "Disk full"
+    severity = Severity.ERROR
+    example = "fixtures/tune_disk_full"
+    signatures = FULL
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        message = (
+            f"{subject_name(experiment, hit.trial)} could not write: the disk is full "
+            f"({hit.evidence.excerpt})."
+        )
+        counts = sorted(
+            ((len([c for c in t.checkpoints if c.exists]), t.trial_id) for t in experiment.trials),
+            reverse=True,
+        )
+        total = sum(n for n, _ in counts)
+        if total:
+            top = ", ".join(f"{tid} ({n})" for n, tid in counts[:SHOWN] if n)
+            message += f" Storage holds {total} checkpoint dirs; most in: {top}."
+        fix = (
+            "Keep fewer checkpoints (`CheckpointConfig(num_to_keep=2, "
+            "checkpoint_score_attribute=...)`), save only model and optimizer state (rank 0 only "
+            "in Train), and put `storage_path` and Ray's temp dir on volumes with room."
+        )
+        return message, fix

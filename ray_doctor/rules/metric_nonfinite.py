@@ -1,0 +1,124 @@
+"""metric-nonfinite: a reported metric became NaN or infinite, or autograd's anomaly check fired."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Evidence, Experiment, Trial
+from ray_doctor.rules._base import Rule, failure_evidence, subject_name, trial_subject
+from ray_doctor.rules._signature import ended_by, search, signatures
+
+ANOMALY = signatures(
+    (
+        "anomaly detection",
+        r"Function '(\w+)' returned nan values in its (\d+)(?:st|nd|rd|th) output",
+    ),
+    ("NaN check", r"(?i)\b(?:loss|gradient|grad)s? (?:is|are|became|contains?) (?:nan|inf)"),
+)
+LR_KEYS = ("lr", "learning_rate", "learning-rate")
+
+
+class MetricNonfinite(Rule):
+    """A metric went NaN or infinite: training diverged (or autograd's anomaly check stopped it).
+
+    Symptom:
+        result.json rows where a metric such as the loss is `NaN`, `Infinity` or `-Infinity`
+        from some iteration on (the trial may still end TERMINATED), or a failure such as
+        "Function 'MulBackward0' returned nan values in its 0th output" from
+        `torch.autograd.set_detect_anomaly(True)`.
+    Likely cause:
+        Divergence: a learning rate too high for the model, no gradient clipping, fp16
+        overflow without loss scaling, a log or division of zero, or bad input (NaN in the
+        data).
+    Evidence it uses:
+        Every row of result.json (streamed; the first bad iteration per metric and the number
+        of bad rows), the trial's config (the learning rate, when there is one), and anomaly
+        detection errors in error.txt or logs.
+    Fix:
+        Lower the learning rate or add warm-up, clip gradients
+        (`torch.nn.utils.clip_grad_norm_`), use bf16 or a `GradScaler` with fp16, and check
+        the data for NaN. Stop such trials early instead of spending the budget on them:
+        a scheduler (ASHA) or a stopper on the metric.
+    References:
+        - https://pytorch.org/docs/stable/autograd.html#anomaly-detection
+        - https://docs.ray.io/en/latest/tune/api/stoppers.html
+    """
+
+    id = "metric-nonfinite"
+    title = "Metric became NaN or infinite"
+    severity = Severity.WARNING
+    specificity = 2
+    example = "fixtures/tune_nan_metrics"
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        for trial in experiment.trials:
+            if trial.history and trial.history.nonfinite:
+                yield self._from_history(experiment, trial)
+        for trial, failure, subject in ended_by(experiment):
+            hit = search(ANOMALY, failure)
+            if hit:
+                yield self.finding(
+                    experiment,
+                    f"{subject_name(experiment, trial)} failed on a non-finite value "
+                    f"({hit.evidence.excerpt}).",
+                    self._fix(trial),
+                    [hit.evidence, *failure_evidence(failure)],
+                    trial=trial,
+                    subject=subject,
+                    severity=Severity.ERROR,
+                )
+
+    def _from_history(self, experiment: Experiment, trial: Trial) -> Finding:
+        history = trial.history
+        assert history is not None
+        metrics = ", ".join(
+            f"{n.metric} ({n.value} from iteration {n.first_iteration})"
+            for n in history.nonfinite[:4]
+        )
+        message = (
+            f"{subject_name(experiment, trial)} reported non-finite values: {metrics}; "
+            f"{history.nonfinite_rows} of {history.rows} rows are affected"
+        )
+        lr = _learning_rate(trial)
+        if lr is not None:
+            message += f". Its learning rate is {lr}"
+            siblings = [
+                t for t in experiment.trials if t is not trial and _learning_rate(t) is not None
+            ]
+            clean = [t for t in siblings if not (t.history and t.history.nonfinite)]
+            if clean and all(_learning_rate(t) < lr for t in clean):
+                message += ", higher than every trial that stayed finite"
+        message += "."
+        evidence = [
+            Evidence(
+                history.path,
+                n.first_line,
+                f"{n.metric} = {n.value} at training_iteration {n.first_iteration}",
+            )
+            for n in history.nonfinite[:4]
+        ]
+        return self.finding(
+            experiment,
+            message,
+            self._fix(trial),
+            evidence,
+            trial=trial,
+            subject=f"nonfinite:{trial_subject(experiment, trial)}",
+        )
+
+    @staticmethod
+    def _fix(trial: Trial | None) -> str:
+        return (
+            "Lower the learning rate (or add warm-up), clip gradients "
+            "(`torch.nn.utils.clip_grad_norm_`), use bf16 or fp16 with a `GradScaler`, and check "
+            "the input for NaN; stop diverging trials early with a scheduler such as ASHA."
+        )
+
+
+def _learning_rate(trial: Trial) -> float | None:
+    for key in LR_KEYS:
+        value = trial.config.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None

@@ -1,0 +1,56 @@
+"""missing-module: a Ray worker could not import a module the code needs."""
+
+from __future__ import annotations
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+
+MISSING = signatures(
+    ("ModuleNotFoundError", r"ModuleNotFoundError: No module named '([^']+)'"),
+    ("ImportError", r"ImportError: No module named '?([\w.]+)'?"),
+)
+
+
+class MissingModule(SignatureRule):
+    """A module the training code imports is not installed where the worker runs.
+
+    Symptom:
+        `ModuleNotFoundError: No module named '…'` in a trial's error.txt or a worker's log,
+        while the same import works on the machine the driver runs on.
+    Likely cause:
+        Workers run in their own environment: another node's image, or a Python without the
+        package. Code that imports inside the training function (or unpickles objects from a
+        package) needs it on every node.
+    Evidence it uses:
+        The import error text and the module it names, from error.txt, the driver log or the
+        worker logs.
+    Fix:
+        Install it everywhere: add it to the cluster's image, or ship it with the job:
+        `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
+        for your own code). For Ray Train, `pip install "ray[train]"` on every node.
+    References:
+        - https://docs.ray.io/en/latest/ray-core/handling-dependencies.html
+        - https://docs.ray.io/en/latest/train/user-guides/debugging.html
+    """
+
+    id = "missing-module"
+    title = "Module missing in the worker's environment"
+    severity = Severity.ERROR
+    example = "fixtures/tune_missing_module"
+    signatures = MISSING
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        module = hit.match.group(1)
+        top = module.split(".")[0]
+        message = (
+            f"{subject_name(experiment, hit.trial)} failed to import `{module}`: it is not "
+            "installed in the environment the worker runs in."
+        )
+        fix = (
+            f"Install `{top}` on every node (the cluster image), or ship it with the job: "
+            f'`ray.init(runtime_env={{"pip": ["{top}"]}})`; use `working_dir` / `py_modules` for '
+            "your own modules."
+        )
+        return message, fix

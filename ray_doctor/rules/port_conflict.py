@@ -1,0 +1,64 @@
+"""port-conflict: a process could not listen on a port another process holds."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
+
+IN_USE = signatures(
+    ("EADDRINUSE", r"EADDRINUSE|[Aa]ddress already in use"),
+    ("errno 98", r"[Ee]rrno:? ?98\b|code: -98\b"),
+    ("failed to listen", r"server socket has failed to (?:listen|bind)|DistNetworkError: .*listen"),
+    ("failed to bind", r"[Ff]ailed to bind (?:to )?(?:port|address)"),
+)
+PORT = re.compile(r"port:? ?(\d{2,5})\b|:(\d{4,5})\b")
+
+
+class PortConflict(SignatureRule):
+    """A worker or the driver could not bind its port: the address is already in use.
+
+    Symptom:
+        "Address already in use", EADDRINUSE, errno 98, or torch's `DistNetworkError: The
+        server socket has failed to listen on any local network address …` when a process
+        group or a Ray component starts.
+    Likely cause:
+        A process from an earlier run still holds the port (a stale training process or Ray
+        instance), two jobs on one node chose the same fixed `MASTER_PORT`, or a service on the
+        node already uses a port Ray or torch wants.
+    Evidence it uses:
+        The bind error in error.txt, the driver log or the Ray logs, and the port number when
+        the text names it.
+    Fix:
+        Find the holder: `ss -ltnp | grep :PORT` (or `lsof -i :PORT`) and stop stale processes
+        (`ray stop` for old Ray instances). Do not hard-code `MASTER_PORT`; let Ray Train pick a
+        free one, or give each job its own. For Ray itself, pick ports with `ray start --port`,
+        `--node-manager-port`, `--min-worker-port/--max-worker-port`.
+    References:
+        - https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations
+        - https://docs.ray.io/en/latest/train/user-guides/debugging.html
+    """
+
+    id = "port-conflict"
+    title = "Port already in use"
+    severity = Severity.ERROR
+    example = "fixtures/tune_port_conflict"
+    signatures = IN_USE
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        port = first_group(hit, PORT)
+        message = (
+            f"{subject_name(experiment, hit.trial)} could not listen on "
+            f"{'port ' + port if port else 'its port'}: the address is already in use "
+            f"({hit.evidence.excerpt})."
+        )
+        where = f":{port}" if port else ":PORT"
+        fix = (
+            f"Find what holds it on that node (`ss -ltnp | grep {where}` or `lsof -i {where}`) and "
+            "stop stale processes (`ray stop` for an old Ray instance). Do not hard-code "
+            "`MASTER_PORT`: let Ray Train pick a free port, or give each job its own."
+        )
+        return message, fix

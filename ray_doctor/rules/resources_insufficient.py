@@ -1,0 +1,89 @@
+"""resources-insufficient: trials or a worker group cannot start for lack of resources."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures
+
+WAITING = signatures(
+    ("Tune: insufficient resources", r"Insufficient cluster resources to launch trial"),
+    (
+        "Tune: nothing started",
+        r"No trial is running and no new trial has been started within the last (\d+) seconds",
+    ),
+    ("Train: not started", r"Training has not started in the last (\d+) seconds"),
+    ("Train: worker group start timeout", r"The worker group startup timed out after"),
+    (
+        "Train: insufficient resources",
+        r"InsufficientClusterResourcesError|Insufficient cluster resources",
+    ),
+    ("autoscaler", r"No available node types can fulfill resource request"),
+    ("cannot be scheduled", r"resource request cannot be scheduled right now: (\{[^}]*\})"),
+    ("cannot be scheduled", r"cannot be scheduled right now|is infeasible"),
+)
+ASKED = re.compile(
+    r"(?:trial|request|requests|requested|requires|asked for)[^{\[]{0,60}(\{[^}]*\})|"
+    r"resources: (\[?\{[^}]*\}\]?(?: \* \d+)?)|You asked for ([\d.]+ \w+)"
+)
+HAS = re.compile(
+    r"(?:cluster (?:currently )?has|total resources|cluster resources)[^{]{0,30}(\{[^}]*\})", re.I
+)
+
+
+class ResourcesInsufficient(SignatureRule):
+    """Trials or a Train worker group never started: no node can give what they request.
+
+    Symptom:
+        The run sits PENDING: Tune warns "Insufficient cluster resources to launch trial" or
+        "No trial is running and no new trial has been started within the last 60 seconds",
+        Train says "Training has not started in the last 60 seconds … not having enough
+        resources" or its worker group start times out, the autoscaler says "No available node
+        types can fulfill resource request".
+    Likely cause:
+        A request that fits no node: more CPUs or GPUs per trial than any node has, `use_gpu`
+        on a cluster without GPUs, a `ScalingConfig` asking for more workers than fit, a
+        Train V1 trainer that needs a CPU of its own on top of its workers, or other jobs
+        holding the resources. Such a request waits forever; it does not fail.
+    Evidence it uses:
+        Tune's, Train's and the autoscaler's warnings in the driver log and the Ray logs, with
+        the resources asked for and those the cluster has when the text says.
+    Fix:
+        Ask for what a node has: lower `resources_per_trial` / `tune.with_resources(...)` or
+        `ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)` (for Train V1
+        on a small cluster, `trainer_resources={"CPU": 0}`), add nodes or GPU node types to
+        the autoscaler, or free the resources other jobs hold (`ray status` shows them).
+    References:
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-resources.html
+        - https://docs.ray.io/en/latest/train/user-guides/using-gpus.html
+    """
+
+    id = "resources-insufficient"
+    title = "Not enough cluster resources to start"
+    severity = Severity.ERROR
+    example = "fixtures/tune_insufficient_resources"
+    signatures = WAITING
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        pending = [t for t in experiment.trials if t.status.value == "PENDING"]
+        who = subject_name(experiment, hit.trial) if hit.trial else "The run"
+        message = f"{who} could not start for lack of resources ({hit.evidence.excerpt})"
+        asked = first_match(hit, ASKED)
+        if asked:
+            message += f"; asked for {next(g for g in asked.groups() if g)}"
+        has = first_match(hit, HAS)
+        if has:
+            message += f"; the cluster has {has.group(1)}"
+        if pending:
+            message += f". {len(pending)} trial(s) are still PENDING on storage"
+        message += "."
+        fix = (
+            "Request what a node can give: lower `tune.with_resources(...)` / "
+            "`ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)`, add nodes "
+            "(or GPU node types) to the cluster, or free resources held by other jobs "
+            "(`ray status` shows usage and pending demands)."
+        )
+        return message, fix

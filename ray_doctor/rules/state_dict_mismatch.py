@@ -1,0 +1,102 @@
+"""state-dict-mismatch: a checkpoint's weights do not fit the model they are loaded into."""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.findings import Severity
+from ray_doctor.model import Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, hit_text, signatures
+
+MISMATCH = signatures(
+    ("load_state_dict", r"Error\(s\) in loading state_dict for (\w+)"),
+    ("missing keys", r"Missing key\(s\) in state_dict"),
+    ("unexpected keys", r"Unexpected key\(s\) in state_dict"),
+)
+UNEXPECTED = re.compile(r"Unexpected key\(s\) in state_dict: (.*)")
+MISSING = re.compile(r"Missing key\(s\) in state_dict: (.*)")
+SIZE = re.compile(
+    r"size mismatch for ([\w.]+): copying a param with shape (torch\.Size\(\[[^]]*\]\)) from checkpoint, the shape in current model is (torch\.Size\(\[[^]]*\]\))"
+)
+KEY = re.compile(r'"([^"]+)"')
+
+
+class StateDictMismatch(SignatureRule):
+    """Loading a checkpoint failed because its keys or shapes do not match the model.
+
+    Symptom:
+        `RuntimeError: Error(s) in loading state_dict for <Model>` with "Missing key(s)",
+        "Unexpected key(s)" or "size mismatch for ..." when a trial restores or a script loads
+        a checkpoint.
+    Likely cause:
+        The most common case: the checkpoint was saved from a DDP-wrapped model
+        (`model.state_dict()` on `DistributedDataParallel`), so every key starts with
+        `module.`, and it is loaded into the bare model (or the other way round). Otherwise
+        the model's code or hyper-parameters (layer sizes) changed since the checkpoint was
+        written.
+    Evidence it uses:
+        The load_state_dict error text: which keys are missing or unexpected, and which
+        shapes differ.
+    Fix:
+        Save `model.module.state_dict()` from DDP (in Ray Train, the model returned by
+        `prepare_model` is wrapped). To load an old checkpoint, strip the prefix:
+        `{k.removeprefix("module."): v for k, v in state.items()}`. For shape changes, build
+        the model with the hyper-parameters the checkpoint was trained with, or load with
+        `strict=False` only for parts you mean to re-initialise.
+    References:
+        - https://pytorch.org/tutorials/beginner/saving_loading_models.html
+        - https://docs.ray.io/en/latest/train/user-guides/checkpoints.html
+    """
+
+    id = "state-dict-mismatch"
+    title = "Checkpoint does not match the model"
+    severity = Severity.ERROR
+    example = "fixtures/tune_state_dict_mismatch"
+    signatures = MISMATCH
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        text = hit_text(hit)
+        unexpected = _keys(UNEXPECTED, text)
+        missing = _keys(MISSING, text)
+        sizes = SIZE.findall(text)
+        who = subject_name(experiment, hit.trial)
+        ddp_saved = unexpected and all(k.startswith("module.") for k in unexpected)
+        ddp_loaded = missing and all(k.startswith("module.") for k in missing)
+        if ddp_saved:
+            message = (
+                f"{who} could not load a checkpoint saved from a DDP-wrapped model: every "
+                f"unexpected key starts with `module.` ({', '.join(unexpected[:3])})."
+            )
+            fix = (
+                "Save `model.module.state_dict()` when the model is wrapped in DDP; to load the "
+                "existing checkpoint, strip the prefix: "
+                '`{k.removeprefix("module."): v for k, v in state.items()}`.'
+            )
+        elif ddp_loaded:
+            message = (
+                f"{who} loaded a plain checkpoint into a DDP-wrapped model: the missing keys start "
+                f"with `module.` ({', '.join(missing[:3])})."
+            )
+            fix = "Load into `model.module` (the unwrapped model), or add the `module.` prefix."
+        else:
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing[:3])}")
+            if unexpected:
+                parts.append(f"unexpected {', '.join(unexpected[:3])}")
+            for name, saved, current in sizes[:3]:
+                parts.append(f"{name} is {saved} in the checkpoint but {current} in the model")
+            detail = "; ".join(parts) or hit.evidence.excerpt
+            message = f"{who} could not load a checkpoint into its model: {detail}."
+            fix = (
+                "Build the model with the hyper-parameters the checkpoint was trained with (or "
+                "restore a checkpoint made by this version of the model); use `strict=False` only "
+                "for layers you mean to re-initialise."
+            )
+        return message, fix
+
+
+def _keys(pattern: re.Pattern[str], text: str) -> list[str]:
+    match = pattern.search(text)
+    return KEY.findall(match.group(1)) if match else []

@@ -1,0 +1,90 @@
+"""storage-unreachable: cluster storage could not be set up, written or synced."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import Evidence, Experiment
+from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+from ray_doctor.storage import is_uri
+
+UNREACHABLE = signatures(
+    ("storage set-up", r"Unable to set up cluster storage"),
+    ("no shared access", r"Check that all nodes in the cluster have read/write access"),
+    (
+        "sync failed",
+        r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) .{0,80}(?:failed|timed out)|Could not upload checkpoint",
+    ),
+    (
+        "object store denied",
+        r"AWS Error (?:ACCESS_DENIED|NETWORK_CONNECTION|NO_SUCH_BUCKET|UNKNOWN) |Forbidden: 403|google\.api_core\.exceptions\.Forbidden",
+    ),
+)
+
+
+class StorageUnreachable(SignatureRule):
+    """The run could not use its storage_path: set-up failed, uploads failed, or nodes do not share it.
+
+    Symptom:
+        "RuntimeError: Unable to set up cluster storage with the following settings: …
+        Check that all nodes in the cluster have read/write access to the configured storage
+        path", sync or upload failures, access-denied errors from S3 or GCS; or a multi-node
+        run whose storage_path is a local path.
+    Likely cause:
+        `storage_path` is a local directory on the head node and workers on other nodes cannot
+        see it (Ray 2.7+ writes checkpoints from the workers directly), the bucket or NFS
+        mount is missing or not writable from every node, or the credentials lack rights.
+    Evidence it uses:
+        Ray's storage error text in error.txt or the logs; for the multi-node case, the
+        `node_ip` each trial reported and whether storage_path is a local path.
+    Fix:
+        Use storage every node can reach: `RunConfig(storage_path="s3://bucket/path")` (or
+        `gs://`, or a shared NFS path mounted at the same place on every node), and check that
+        each node can write there (credentials, bucket policy, mount options).
+    References:
+        - https://docs.ray.io/en/latest/train/user-guides/persistent-storage.html
+        - https://docs.ray.io/en/latest/tune/tutorials/tune-storage.html
+    """
+
+    id = "storage-unreachable"
+    title = "Storage not reachable"
+    severity = Severity.ERROR
+    example = "fixtures/tune_storage_unreachable"
+    signatures = UNREACHABLE
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        message = (
+            f"{subject_name(experiment, hit.trial)} could not use its storage path "
+            f"({hit.signature.label}: {hit.evidence.excerpt})."
+        )
+        return message, self._fix()
+
+    @staticmethod
+    def _fix() -> str:
+        return (
+            'Use storage every node can read and write: `RunConfig(storage_path="s3://bucket/'
+            'path")`, `gs://…`, or an NFS path mounted at the same place on all nodes; check '
+            "credentials and permissions from a worker node."
+        )
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        yield from super().check(experiment)
+        nodes = {
+            t.last_result["node_ip"]
+            for t in experiment.trials
+            if isinstance(t.last_result.get("node_ip"), str)
+        }
+        has_checkpoints = any(t.checkpoints for t in experiment.trials)
+        if len(nodes) > 1 and not is_uri(experiment.path) and has_checkpoints:
+            yield self.finding(
+                experiment,
+                f"Trials ran on {len(nodes)} nodes ({', '.join(sorted(nodes)[:4])}) but storage is "
+                f"the local path {experiment.path}: checkpoints written on other nodes are not "
+                "here unless it is a shared mount.",
+                self._fix(),
+                [Evidence(experiment.path, None, f"node_ip values: {', '.join(sorted(nodes))}")],
+                subject=f"storage:{experiment.path}",
+                severity=Severity.WARNING,
+            )
