@@ -48,6 +48,7 @@ class Hit:
     failure: Failure | None = None
     trial: Trial | None = None
     event: LogEvent | None = None
+    text: str | None = None  # for log hits: the lines around them, for details
 
 
 def ended_by(experiment: Experiment) -> Iterator[tuple[Trial | None, Failure, str]]:
@@ -126,7 +127,8 @@ class SignatureRule(Rule):
 
     def _from_events(self, experiment: Experiment, hits: list[Hit]) -> Finding:
         trial = _trial_of(experiment, hits)
-        hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial)
+        context = _nearby(experiment.events, hits)
+        hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial, text=context)
         message, fix = self.explain(experiment, hit)
         stopped = any(
             t.status.unfinished or t.status == TrialStatus.ERROR for t in experiment.trials
@@ -158,6 +160,21 @@ def _trial_of(experiment: Experiment, hits: list[Hit]) -> Trial | None:
     return None
 
 
+def _nearby(events: list[LogEvent], hits: list[Hit], span: int = 5) -> str:
+    """The kept log lines within `span` lines of any hit, in order: details often sit on the
+    line after the one that matched (NCCL's "last completed work" follows its timeout)."""
+    anchors = {(h.evidence.path, h.evidence.line) for h in hits if h.evidence.line}
+    lines = [
+        e.source.excerpt
+        for e in events
+        if e.source.line
+        and any(
+            e.source.path == path and abs(e.source.line - line) <= span for path, line in anchors
+        )
+    ]
+    return "\n".join(lines) or "\n".join(h.evidence.excerpt for h in hits)
+
+
 def _unique(evidence: list[Evidence]) -> list[Evidence]:
     seen: set[tuple[str, int | None]] = set()
     out = []
@@ -171,7 +188,9 @@ def _unique(evidence: list[Evidence]) -> list[Evidence]:
 
 def hit_text(hit: Hit) -> str:
     """The whole failure block of a hit, or its log line."""
-    return hit.failure.text if hit.failure else hit.evidence.excerpt
+    if hit.failure is not None:
+        return hit.failure.text
+    return hit.text or hit.evidence.excerpt
 
 
 def first_match(hit: Hit, *patterns: re.Pattern[str]) -> re.Match[str] | None:

@@ -20,6 +20,8 @@ from ray_doctor.storage import Entry, Storage, StorageError
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
 WORKER_PREFIX = re.compile(r"^\((?P<actor>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
+# An exception line standing alone must name a type with a message, e.g. `ValueError: bad`.
+STANDALONE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\([\w.]+\))?: \S")
 # Ray's log deduplication appends this to a line it has folded repeats of.
 DEDUP_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 RECORD_START = re.compile(
@@ -71,6 +73,8 @@ EVENT_PATTERNS = (
         ),
     ),
 )
+# worker-<worker id>-<job id>-<pid>.out|err and python-core-worker-<worker id>_<pid>.log
+WORKER_LOG_PID = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_)(?P<pid>\d+)\.")
 PID_IN_LINE = re.compile(r"\bpid[=: ]+(?P<pid>\d+)")
 TRIAL_IN_CONTEXT = re.compile(r"Trial task failed for trial (?P<trial>\S+)")
 # A traceback printed by a worker is the failure only when the line before says so; others
@@ -107,11 +111,13 @@ def _classify(line: str) -> tuple[str, str | None] | None:
 class _TextLogParser:
     """Stream a text log; collect tracebacks and notable lines."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, pid: str | None = None) -> None:
         self.path = path
+        self.file_pid = pid  # the process a per-worker log file belongs to
         self.result = LogResult(files=[path])
         self.context: deque[str] = deque(maxlen=4)
         self.block: list[tuple[int, str]] | None = None
+        self.block_header = True  # the block starts with "Traceback (most recent call last)"
         self.block_context: list[str] = []
         self.block_pid: str | None = None
         self.after_exception = 0  # message lines allowed after an exception line
@@ -120,7 +126,7 @@ class _TextLogParser:
     def feed(self, lineno: int, raw: str) -> None:
         line = DEDUP_SUFFIX.sub("", strip_ansi(raw.rstrip("\r\n")))
         prefix = WORKER_PREFIX.match(line)
-        pid = None
+        pid = None  # set when the driver forwarded a worker's line
         if prefix:
             pid = prefix["pid"]
             line = line[prefix.end() :]
@@ -129,14 +135,24 @@ class _TextLogParser:
         if self.block is not None:
             self._close()
         if line.startswith("Traceback (most recent call last)"):
-            self.block = [(lineno, line)]
-            self.block_context = list(self.context)
-            self.block_pid = pid
-            self.after_exception = 0
+            self._open(lineno, line, pid, header=True)
+        elif pid is None and STANDALONE_EXCEPTION.match(line) and is_exception_line(line):
+            # An exception line with no traceback (a pasted error, a logged `repr`): a failure
+            # of its own, with its message lines.
+            self._open(lineno, line, pid, header=False)
+            self.after_exception = MAX_MESSAGE_CONTINUATION
+            self._event(lineno, line, pid)
         else:
             self._event(lineno, line, pid)
         if line.strip():
             self.context.append(line)
+
+    def _open(self, lineno: int, line: str, pid: str | None, header: bool) -> None:
+        self.block = [(lineno, line)]
+        self.block_header = header
+        self.block_context = list(self.context)
+        self.block_pid = pid
+        self.after_exception = 0
 
     def _continues(self, lineno: int, line: str) -> bool:
         assert self.block is not None
@@ -173,7 +189,7 @@ class _TextLogParser:
         block, self.block, self.pending_blank = self.block, None, None
         if not block or len(self.result.failures) >= MAX_FAILURES_PER_FILE:
             return
-        failure = parse_failure(block[1:] or block, self.path)
+        failure = parse_failure(block[1:] if self.block_header else block, self.path)
         failure.source = Evidence(self.path, block[0][0], block[0][1].strip())
         recent = self.block_context[-2:]
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
@@ -202,7 +218,7 @@ class _TextLogParser:
             kind, trial = found
             if pid is None:
                 in_line = PID_IN_LINE.search(line)
-                pid = in_line["pid"] if in_line else None
+                pid = in_line["pid"] if in_line else self.file_pid
             evidence = Evidence(self.path, lineno, line)
             self.result.events.append(LogEvent(kind, evidence, trial, int(pid) if pid else None))
 
@@ -212,7 +228,7 @@ class _TextLogParser:
         return self.result
 
 
-def parse_text_log(lines: Iterable[str], path: str) -> LogResult:
+def parse_text_log(lines: Iterable[str], path: str, pid: str | None = None) -> LogResult:
     """A driver log, a worker .err/.out, or any text; error.txt content is recognised."""
     lines = iter(lines)
     head: list[str] = []
@@ -223,7 +239,7 @@ def parse_text_log(lines: Iterable[str], path: str) -> LogResult:
     if head and HEADER.match(strip_ansi(head[-1].rstrip("\r\n"))):
         failures = parse_error_lines(_chain(head, lines), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
-    parser = _TextLogParser(path)
+    parser = _TextLogParser(path, pid)
     for lineno, line in enumerate(_chain(head, lines), start=1):
         parser.feed(lineno, line)
     return parser.finish()
@@ -274,7 +290,9 @@ def read_log_file(storage: Storage, path: str) -> LogResult:
     try:
         if path.endswith(".log") and "/train/" in path.replace("\\", "/"):
             return parse_json_log(_decoded(storage, path), display)
-        return parse_text_log(_decoded(storage, path), display)
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        owner = WORKER_LOG_PID.match(name)
+        return parse_text_log(_decoded(storage, path), display, owner["pid"] if owner else None)
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
 

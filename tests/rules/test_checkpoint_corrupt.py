@@ -1,0 +1,29 @@
+"""checkpoint-corrupt: a restore from a truncated torch checkpoint (real Ray 2.60 run)."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_fires_on_the_restore_failure_and_leads(fixtures):
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_corrupt_checkpoint")))
+    assert code == 1
+    (finding,) = findings_of(report, "checkpoint-corrupt")
+    assert report["findings"][0]["rule"] == "checkpoint-corrupt"
+    assert "failed finding central directory" in finding["message"]
+    assert "checkpoint_000002" in finding["message"]
+    assert {r["rule"] for r in finding["related"]} == {"retries-exhausted", "trial-error"}
+    assert "verify-checkpoint" in finding["fix"]
+
+
+def test_near_miss_weights_only_refusal_is_not_corruption():
+    text = (
+        "_pickle.UnpicklingError: Weights only load failed. In PyTorch 2.6, we changed the default "
+        "value of the `weights_only` argument in `torch.load` from `False` to `True`.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-corrupt")
+    assert findings_of(report, "trial-error")
+
+
+def test_near_miss_first_failure_was_not_a_restore(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_retries_exhausted")))
+    assert not findings_of(report, "checkpoint-corrupt")

@@ -1,0 +1,27 @@
+"""device-mismatch: tensors on two devices in one operation."""
+
+from conftest import findings_of, inspect_json
+
+
+def test_standard_wording_names_both_devices():
+    text = (
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+        "cuda:0 and cpu! (when checking argument for argument mat1 in method wrapper_CUDA_addmm)\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "device-mismatch")
+    assert "cuda:0 and cpu" in finding["message"]
+    assert "prepare_model" in finding["fix"]
+
+
+def test_older_wording():
+    text = "RuntimeError: Input type (torch.cuda.FloatTensor) and weight type (torch.FloatTensor) should be the same\n"
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "device-mismatch")
+
+
+def test_near_miss_dtype_mismatch():
+    text = "RuntimeError: expected scalar type Float but found Double\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "device-mismatch")

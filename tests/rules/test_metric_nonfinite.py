@@ -1,0 +1,38 @@
+"""metric-nonfinite: NaN / Infinity in a real result.json, with the first bad iteration."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_first_bad_iteration_and_learning_rate(fixtures):
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_nan_metrics")))
+    assert code == 0, "a warning: the trials still finished"
+    (finding,) = findings_of(report, "metric-nonfinite")
+    assert finding["severity"] == "warning"
+    assert "loss (Infinity from iteration 3)" in finding["message"]
+    assert "higher than every trial that stayed finite" in finding["message"]
+    (evidence,) = finding["evidence"]
+    assert evidence["path"].endswith("result.json") and evidence["line"] == 3
+
+
+def test_anomaly_detection_failure():
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/ray/train.py", line 41, in train_fn\n'
+        "    loss.backward()\n"
+        "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "metric-nonfinite")
+    assert finding["severity"] == "error"
+
+
+def test_near_miss_nan_in_a_config_string_or_message(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "train_v2_rank_failure")), "--logs", str(fixtures / "train_v2_rank_failure" / "driver.log"))
+    # "Found NaN in input batch" is the user's own error, not a reported metric.
+    assert not findings_of(report, "metric-nonfinite")
+
+
+def test_near_miss_healthy(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
+    assert not findings_of(report, "metric-nonfinite")

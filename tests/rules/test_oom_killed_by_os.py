@@ -1,0 +1,44 @@
+"""oom-killed-by-os: a worker SIGKILLed without Ray's memory-monitor message."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+DMESG = (
+    "[1201.442190] Out of memory: Killed process 27627 (ray::ImplicitFu) total-vm:9871234kB, "
+    "anon-rss:8123456kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:17000kB oom_score_adj:0\n"
+)
+
+
+def test_sigkilled_worker_is_called_likely_not_certain(fixtures):
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_sigkill")))
+    assert code == 1
+    (finding,) = findings_of(report, "oom-killed-by-os")
+    assert "most likely cause is the kernel's OOM killer" in finding["message"]
+    assert "ray stop --force" in finding["message"], "says what else looks the same"
+    assert [r["rule"] for r in finding["related"]] == ["trial-error"]
+
+
+def test_kernel_log_confirms_it(fixtures, tmp_path):
+    dmesg = tmp_path / "dmesg.txt"
+    dmesg.write_text(DMESG)
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_sigkill")), "--logs", str(dmesg))
+    (finding,) = findings_of(report, "oom-killed-by-os")
+    assert "the kernel log says so" in finding["message"]
+
+
+def test_dmesg_alone():
+    code, report = inspect_json("-", stdin=DMESG)
+    (finding,) = findings_of(report, "oom-killed-by-os")
+    assert finding["evidence"][0]["line"] == 1
+
+
+def test_near_miss_raylet_cleanup_sigkill_lines(fixtures):
+    # raylet.out of a healthy shutdown says "sending SIGKILL to pgid=..." for every worker.
+    base = fixtures / "tune_sigkill"
+    _, report = inspect_json(str(base / "session_logs" / "raylet.out"))
+    assert not findings_of(report, "oom-killed-by-os")
+
+
+def test_near_miss_ray_monitor_owns_the_kill(fixtures):
+    base = fixtures / "tune_oom_memory_monitor"
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "session_logs"))
+    assert not findings_of(report, "oom-killed-by-os")

@@ -1,0 +1,51 @@
+"""oom-ray-memory-monitor on a real Ray 2.60 memory-monitor kill (trials left RUNNING)."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_driver_log_explains_the_running_trials(fixtures):
+    base = fixtures / "tune_oom_memory_monitor"
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "driver.log"))
+    assert code == 1
+    (finding,) = findings_of(report, "oom-ray-memory-monitor")
+    assert report["findings"][0] is finding or report["findings"][0]["rule"] == "oom-ray-memory-monitor"
+    assert "used of" in finding["message"] and "GB" in finding["message"]
+    assert "left unfinished" in finding["message"]
+    # The stop it explains is not reported again as a separate headline.
+    assert {r["rule"] for r in finding["related"]} >= {"trial-incomplete"}
+    assert not findings_of(report, "trial-incomplete")
+    assert any("were killed due to the node running low on memory" in e["excerpt"] for e in finding["evidence"])
+
+
+def test_session_logs_alone_are_enough(fixtures):
+    base = fixtures / "tune_oom_memory_monitor"
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "session_logs"))
+    assert code == 1
+    (finding,) = findings_of(report, "oom-ray-memory-monitor")
+    paths = {e["path"].rsplit("/", 1)[-1] for e in finding["evidence"]}
+    assert paths & {"raylet.out", "gcs_server.out"}
+
+
+def test_old_wording_in_a_plain_log():
+    text = (
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
+        "Memory on the node (IP: 10.0.62.231, ID: e5d9) where the task (task ID: 43, name=allocate_memory, "
+        "pid=11362, memory used=1.25GB) was running was 27.71GB / 28.80GB (0.962273), which exceeds the "
+        "memory usage threshold of 0.95.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "oom-ray-memory-monitor")
+    assert "27.71GB used of 28.80GB" in finding["message"]
+
+
+def test_near_miss_cuda_oom_is_not_rays_monitor():
+    text = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "oom-ray-memory-monitor")
+    assert findings_of(report, "oom-cuda")
+
+
+def test_near_miss_healthy_sweep(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
+    assert not findings_of(report, "oom-ray-memory-monitor")
