@@ -146,12 +146,7 @@ def inspect(
     color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
 ) -> None:
     """Read an experiment, find what went wrong, and say how to fix it."""
-    from ray_doctor.report import (
-        JsonFormatter,
-        TerminalFormatter,
-        build_inspect_report,
-        could_not_run_report,
-    )
+    from ray_doctor.report import JsonFormatter, build_inspect_report, could_not_run_report
     from ray_doctor.rules import run_rules
     from ray_doctor.scan import ScanFailure, scan
 
@@ -167,8 +162,10 @@ def inspect(
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
     if output_format == OutputFormat.json:
-        text = JsonFormatter().render(report)
+        text = JsonFormatter(indent=output is None and sys.stdout.isatty()).render(report)
     else:
+        from ray_doctor.report import TerminalFormatter
+
         stream = sys.stdout if output is None else None
         width = 100
         if stream is not None and stream.isatty():

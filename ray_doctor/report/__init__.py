@@ -14,9 +14,17 @@ from ray_doctor.report._report import (
     build_inspect_report,
     could_not_run_report,
 )
-from ray_doctor.report._terminal import TerminalFormatter
 
 FORMATS = ("terminal", "json")
+
+
+def __getattr__(name: str):
+    # rich is imported only when the terminal view is wanted (json runs skip ~50 ms).
+    if name == "TerminalFormatter":
+        from ray_doctor.report._terminal import TerminalFormatter
+
+        return TerminalFormatter
+    raise AttributeError(name)
 
 
 def schema_text() -> str:

@@ -74,7 +74,9 @@ EVENT_PATTERNS = (
     ),
 )
 # worker-<worker id>-<job id>-<pid>.out|err and python-core-worker-<worker id>_<pid>.log
-WORKER_LOG_PID = re.compile(r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_)(?P<pid>\d+)\.")
+WORKER_LOG_PID = re.compile(
+    r"^(?:worker-[0-9a-f]+-[0-9a-f]+-|python-core-worker-[0-9a-f]+_)(?P<pid>\d+)\."
+)
 PID_IN_LINE = re.compile(r"\bpid[=: ]+(?P<pid>\d+)")
 TRIAL_IN_CONTEXT = re.compile(r"Trial task failed for trial (?P<trial>\S+)")
 # A traceback printed by a worker is the failure only when the line before says so; others
