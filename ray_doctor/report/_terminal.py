@@ -125,7 +125,8 @@ class TerminalFormatter(Formatter):
         text.append(f"  {experiment['layout']}")
         if experiment.get("ray_version"):
             text.append(f" · Ray {experiment['ray_version']}")
-        text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
+        if experiment["layout"] != "log":
+            text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
         if counts:
             text.append(": ")
             for i, (status, n) in enumerate(sorted(counts.items())):
@@ -189,10 +190,18 @@ class TerminalFormatter(Formatter):
                 location = short_path(item["path"], self._base)
                 if item.get("line"):
                     location += f":{item['line']}"
-                line = Text(location, style="cyan")
-                if item.get("excerpt"):
-                    line.append(f"  {item['excerpt']}")
-                parts.append(self._indent(line, 4))
+                excerpt = item.get("excerpt") or ""
+                if len(location) + len(excerpt) + 6 <= self.width:
+                    parts.append(
+                        self._indent(Text(location, style="cyan") + Text(f"  {excerpt}"), 4)
+                    )
+                else:
+                    # A long path gets its own line, so neither it nor the excerpt is broken.
+                    path_line = Text("    ") + Text(location, style="cyan")
+                    path_line.no_wrap, path_line.overflow = True, "ignore"
+                    parts.append(path_line)
+                    if excerpt:
+                        parts.append(self._indent(Text(excerpt), 6))
         parts.append(self._indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2))
         for related in finding.get("related", []):
             text = Text(f"also {related['rule']}: {related['message']}", style="dim")

@@ -13,6 +13,17 @@ from ray_doctor.rules._base import DOC_SECTIONS, Rule
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def example_logs(example: Path) -> list[Path]:
+    """The logs a fixture keeps beside its experiment: the driver's output, session logs."""
+    return [p for p in (example / "driver.log", example / "session_logs") if p.exists()]
+
+
+def example_command(rule: type[Rule], root: Path = REPO_ROOT) -> str:
+    logs = example_logs(root / rule.example) if rule.example else []
+    extra = "".join(f" --logs {rule.example}/{p.name}" for p in logs)
+    return f"ray-doctor inspect {rule.example}{extra}"
+
+
 def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
     """What the rule reports on its example fixture, paths relative to the repo root."""
     if not rule.example or not (root / rule.example).exists():
@@ -21,8 +32,9 @@ def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
     from ray_doctor.scan import scan
 
     target = str(root / rule.example)
-    result = scan(target)
-    findings = run_rules(result, [rule])
+    logs = example_logs(root / rule.example) if (root / rule.example).is_dir() else []
+    result = scan(target, [str(p) for p in logs])
+    findings = [f for f in run_rules(result) if f.rule == rule.id]
     lines: list[str] = []
     for finding in findings:
         lines.append(f"{finding.severity.value}  {finding.rule}  {finding.message}")
@@ -33,6 +45,8 @@ def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
                 location += f":{item.line}"
             lines.append(f"    {location}  {item.excerpt}")
         lines.append(f"  fix: {finding.fix}")
+        for related in finding.related:
+            lines.append(f"  also {related.rule}: {related.message}")
     return "\n".join(lines) if lines else None
 
 
@@ -55,7 +69,7 @@ def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
         out += [
             "## Example",
             "",
-            f"`ray-doctor inspect {rule.example}` reports:",
+            f"`{example_command(rule)}` reports:",
             "",
             "```text",
             example,

@@ -61,7 +61,7 @@ class NcclError(SignatureRule):
     id = "nccl-error"
     title = "NCCL error"
     severity = Severity.ERROR
-    example = None
+    example = "fixtures/edited/nccl_error/error.txt"
     signatures = NCCL
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:

@@ -178,7 +178,7 @@ class OomCuda(SignatureRule):
     id = "oom-cuda"
     title = "GPU out of memory"
     severity = Severity.ERROR
-    example = None
+    example = "fixtures/edited/oom_cuda/error.txt"
     signatures = CUDA
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:

@@ -14,7 +14,11 @@ NCCL_WATCHDOG = (
 
 def test_gloo_timeout_in_train_v2(fixtures):
     base = fixtures / "train_v2_collective_timeout"
-    code, report = inspect_json(str(experiment_dir(fixtures, "train_v2_collective_timeout")), "--logs", str(base / "driver.log"))
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_collective_timeout")),
+        "--logs",
+        str(base / "driver.log"),
+    )
     assert code == 1
     (finding,) = findings_of(report, "collective-timeout")
     assert "recv after 10 s" in finding["message"]
@@ -23,7 +27,7 @@ def test_gloo_timeout_in_train_v2(fixtures):
 
 
 def test_nccl_watchdog_names_op_timeout_and_progress():
-    code, report = inspect_json("-", stdin=NCCL_WATCHDOG)
+    _, report = inspect_json("-", stdin=NCCL_WATCHDOG)
     (finding,) = findings_of(report, "collective-timeout")
     assert "ALLREDUCE (SeqNum 1234) after 600 s" in finding["message"]
     assert "last completed 1233" in finding["message"]
@@ -39,5 +43,11 @@ def test_setup_timeout_points_at_the_network():
 
 def test_near_miss_healthy_train_v2(fixtures):
     base = fixtures / "train_v2_healthy"
-    _, report = inspect_json(str(experiment_dir(fixtures, "train_v2_healthy")), "--logs", str(base / "driver.log"), "--logs", str(base / "session_logs"))
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_healthy")),
+        "--logs",
+        str(base / "driver.log"),
+        "--logs",
+        str(base / "session_logs"),
+    )
     assert not findings_of(report, "collective-timeout")

@@ -28,7 +28,11 @@ def test_anomaly_detection_failure():
 
 
 def test_near_miss_nan_in_a_config_string_or_message(fixtures):
-    _, report = inspect_json(str(experiment_dir(fixtures, "train_v2_rank_failure")), "--logs", str(fixtures / "train_v2_rank_failure" / "driver.log"))
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_rank_failure")),
+        "--logs",
+        str(fixtures / "train_v2_rank_failure" / "driver.log"),
+    )
     # "Found NaN in input batch" is the user's own error, not a reported metric.
     assert not findings_of(report, "metric-nonfinite")
 

@@ -26,7 +26,7 @@ def test_kernel_log_confirms_it(fixtures, tmp_path):
 
 
 def test_dmesg_alone():
-    code, report = inspect_json("-", stdin=DMESG)
+    _, report = inspect_json("-", stdin=DMESG)
     (finding,) = findings_of(report, "oom-killed-by-os")
     assert finding["evidence"][0]["line"] == 1
 
@@ -40,5 +40,9 @@ def test_near_miss_raylet_cleanup_sigkill_lines(fixtures):
 
 def test_near_miss_ray_monitor_owns_the_kill(fixtures):
     base = fixtures / "tune_oom_memory_monitor"
-    _, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "session_logs"))
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_oom_memory_monitor")),
+        "--logs",
+        str(base / "session_logs"),
+    )
     assert not findings_of(report, "oom-killed-by-os")

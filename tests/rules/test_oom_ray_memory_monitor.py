@@ -5,21 +5,33 @@ from conftest import experiment_dir, findings_of, inspect_json
 
 def test_driver_log_explains_the_running_trials(fixtures):
     base = fixtures / "tune_oom_memory_monitor"
-    code, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "driver.log"))
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "driver.log")
+    )
     assert code == 1
     (finding,) = findings_of(report, "oom-ray-memory-monitor")
-    assert report["findings"][0] is finding or report["findings"][0]["rule"] == "oom-ray-memory-monitor"
+    assert (
+        report["findings"][0] is finding
+        or report["findings"][0]["rule"] == "oom-ray-memory-monitor"
+    )
     assert "used of" in finding["message"] and "GB" in finding["message"]
     assert "left unfinished" in finding["message"]
     # The stop it explains is not reported again as a separate headline.
     assert {r["rule"] for r in finding["related"]} >= {"trial-incomplete"}
     assert not findings_of(report, "trial-incomplete")
-    assert any("were killed due to the node running low on memory" in e["excerpt"] for e in finding["evidence"])
+    assert any(
+        "were killed due to the node running low on memory" in e["excerpt"]
+        for e in finding["evidence"]
+    )
 
 
 def test_session_logs_alone_are_enough(fixtures):
     base = fixtures / "tune_oom_memory_monitor"
-    code, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(base / "session_logs"))
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_oom_memory_monitor")),
+        "--logs",
+        str(base / "session_logs"),
+    )
     assert code == 1
     (finding,) = findings_of(report, "oom-ray-memory-monitor")
     paths = {e["path"].rsplit("/", 1)[-1] for e in finding["evidence"]}
