@@ -226,6 +226,11 @@ class LogEvent:
     source: Evidence
     trial: str | None = None  # trial id or name when the line names one
     pid: int | None = None  # the process the line is about, when it says
+    text: str = ""  # the whole line (up to 2,000 characters); `source.excerpt` is cut short
+
+    @property
+    def line(self) -> str:
+        return self.text or self.source.excerpt
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def search_events(sigs: Iterable[Signature], events: Iterable[LogEvent]) -> list
     hits = []
     for event in events:
         for signature in sigs:
-            match = signature.pattern.search(event.source.excerpt)
+            match = signature.pattern.search(event.line)
             if match:
                 hits.append(Hit(signature, match, event.source, event=event))
                 break
@@ -130,11 +130,9 @@ class SignatureRule(Rule):
         context = _nearby(experiment.events, hits)
         hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial, text=context)
         message, fix = self.explain(experiment, hit)
-        stopped = any(
-            t.status.unfinished or t.status == TrialStatus.ERROR for t in experiment.trials
-        )
+        finished = all(t.status == TrialStatus.TERMINATED for t in experiment.trials)
         severity = self.severity
-        if experiment.trials and not stopped and not experiment.failures:
+        if experiment.trials and finished and not experiment.failures:
             # It happened, but every trial finished: worth knowing, not a failure.
             severity = Severity.WARNING if self.severity == Severity.ERROR else self.severity
             message += " Every trial still finished (Ray retried or the work was elsewhere)."
@@ -165,14 +163,15 @@ def _nearby(events: list[LogEvent], hits: list[Hit], span: int = 5) -> str:
     line after the one that matched (NCCL's "last completed work" follows its timeout)."""
     anchors = {(h.evidence.path, h.evidence.line) for h in hits if h.evidence.line}
     lines = [
-        e.source.excerpt
+        e.line
         for e in events
         if e.source.line
         and any(
             e.source.path == path and abs(e.source.line - line) <= span for path, line in anchors
         )
     ]
-    return "\n".join(lines) or "\n".join(h.evidence.excerpt for h in hits)
+    lines += [h.event.line for h in hits if h.event is not None and h.event.line not in lines]
+    return "\n".join(lines)
 
 
 def _unique(evidence: list[Evidence]) -> list[Evidence]:

@@ -166,14 +166,19 @@ def _region(key: str, description: str, inside, failed) -> Iterator[Region]:
 
 
 def _causes(experiment: Experiment, findings: list[Finding], failed_ids: set[str]) -> str:
-    """' (oom-cuda x4)' from the headline finding of each failed trial."""
-    rules = Counter(
-        f.rule
-        for f in findings
-        if f.experiment == experiment.name
-        and f.trial_id in failed_ids
-        and f.severity == Severity.ERROR
-    )
-    if not rules:
+    """' (oom-cuda x4)' from the headline finding of each failed trial; an unexplained
+    trial-error is labelled with its exception type."""
+    labels: Counter[str] = Counter()
+    for finding in findings:
+        if finding.experiment != experiment.name or finding.trial_id not in failed_ids:
+            continue
+        if finding.severity != Severity.ERROR:
+            continue
+        label = finding.rule
+        trial = experiment.trial(finding.trial_id)
+        if label == "trial-error" and trial and trial.failures and trial.failures[-1].exc_type:
+            label = trial.failures[-1].exc_type
+        labels[label] += 1
+    if not labels:
         return ""
-    return " (" + ", ".join(f"{rule} x{n}" for rule, n in rules.most_common(3)) + ")"
+    return " (" + ", ".join(f"{label} x{n}" for label, n in labels.most_common(3)) + ")"

@@ -75,11 +75,7 @@ KERNEL_CONFIRMS = re.compile(
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
     if failure is not None and search(RAY_MONITOR, failure):
         return True
-    return any(
-        sig.pattern.search(event.source.excerpt)
-        for event in experiment.events
-        for sig in RAY_MONITOR
-    )
+    return any(sig.pattern.search(event.line) for event in experiment.events for sig in RAY_MONITOR)
 
 
 class OomRayMemoryMonitor(SignatureRule):
@@ -258,7 +254,7 @@ class OomKilledByOs(SignatureRule):
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)
         kernel = KERNEL_CONFIRMS.search(hit_text(hit)) or any(
-            KERNEL_CONFIRMS.search(e.source.excerpt) for e in experiment.events
+            KERNEL_CONFIRMS.search(e.line) for e in experiment.events
         )
         if kernel:
             message = (

@@ -29,6 +29,7 @@ ASKED = re.compile(
     r"(?:trial|request|requests|requested|requires|asked for)[^{\[]{0,60}(\{[^}]*\})|"
     r"resources: (\[?\{[^}]*\}\]?(?: \* \d+)?)|You asked for ([\d.]+ \w+)"
 )
+TUNE_ASKED = re.compile(r"You asked for (.+?) per trial, but the cluster only has (.+?) available")
 HAS = re.compile(
     r"(?:cluster (?:currently )?has|total resources|cluster resources)[^{]{0,30}(\{[^}]*\})", re.I
 )
@@ -70,13 +71,17 @@ class ResourcesInsufficient(SignatureRule):
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         pending = [t for t in experiment.trials if t.status.value == "PENDING"]
         who = subject_name(experiment, hit.trial) if hit.trial else "The run"
-        message = f"{who} could not start for lack of resources ({hit.evidence.excerpt})"
+        message = f"{who} could not start for lack of resources"
+        tune = first_match(hit, TUNE_ASKED)
         asked = first_match(hit, ASKED)
-        if asked:
-            message += f"; asked for {next(g for g in asked.groups() if g)}"
         has = first_match(hit, HAS)
-        if has:
-            message += f"; the cluster has {has.group(1)}"
+        if tune:
+            message += f": it asked for {tune.group(1)} per trial, the cluster has {tune.group(2)}"
+        elif asked:
+            message += f": it asked for {next(g for g in asked.groups() if g)}"
+            if has:
+                message += f", the cluster has {has.group(1)}"
+        message += f" ({hit.signature.label})"
         if pending:
             message += f". {len(pending)} trial(s) are still PENDING on storage"
         message += "."

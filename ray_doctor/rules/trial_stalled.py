@@ -58,7 +58,7 @@ class TrialStalled(Rule):
         if len(times) < 2:
             return
         last_activity = max(times)
-        budget = next((e for e in experiment.events if TIME_BUDGET.search(e.source.excerpt)), None)
+        budget = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
         for trial in experiment.trials:
             cut_by_budget = budget is not None and trial.status == TrialStatus.TERMINATED
             if trial.status != TrialStatus.RUNNING and not cut_by_budget:

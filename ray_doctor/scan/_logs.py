@@ -33,6 +33,7 @@ MAX_MESSAGE_CONTINUATION = 60
 MAX_EVENTS_PER_FILE = 500
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
+MAX_LINE_TEXT = 2000
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,10 @@ class _TextLogParser:
                 in_line = PID_IN_LINE.search(line)
                 pid = in_line["pid"] if in_line else self.file_pid
             evidence = Evidence(self.path, lineno, line)
-            self.result.events.append(LogEvent(kind, evidence, trial, int(pid) if pid else None))
+            text = line.strip()[:MAX_LINE_TEXT]
+            self.result.events.append(
+                LogEvent(kind, evidence, trial, int(pid) if pid else None, text)
+            )
 
     def finish(self) -> LogResult:
         if self.block is not None:
@@ -269,7 +273,8 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
             found = _classify(message)
             if level in ("ERROR", "CRITICAL") or found:
                 kind = "error-line" if level in ("ERROR", "CRITICAL") else found[0]
-                result.events.append(LogEvent(kind, Evidence(path, lineno, message)))
+                first = message.strip().splitlines()[0][:MAX_LINE_TEXT]
+                result.events.append(LogEvent(kind, Evidence(path, lineno, message), text=first))
         exc_text = record.get("exc_text")
         if isinstance(exc_text, str) and exc_text.strip():
             block = [(lineno, text) for text in exc_text.splitlines()]

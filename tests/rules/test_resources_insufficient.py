@@ -1,0 +1,40 @@
+"""resources-insufficient: a GPU trial on a CPU-only cluster, Tune and Train V2 (real runs)."""
+
+from conftest import FIXTURES, experiment_dir, findings_of, inspect_json
+
+
+def test_tune_says_what_was_asked_and_what_exists(fixtures):
+    base = fixtures / "tune_insufficient_resources"
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_insufficient_resources")),
+        "--logs",
+        str(base / "driver.log"),
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "1.0 GPUs per trial" in finding["message"] and "0 GPUs" in finding["message"]
+    assert "still PENDING" in finding["message"]
+    assert not findings_of(report, "trial-incomplete"), "the stop is explained, not repeated"
+
+
+def test_train_v2_worker_group_never_started(fixtures):
+    base = fixtures / "train_v2_insufficient_resources"
+    assert (FIXTURES / "train_v2_insufficient_resources").is_dir()
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_insufficient_resources")),
+        "--logs",
+        str(base / "driver.log"),
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert finding["severity"] == "error"
+    assert "GPU" in finding["message"]
+
+
+def test_near_miss_trials_queued_for_busy_cpus(fixtures):
+    # More trials than CPUs: they wait their turn, which is not a lack of resources.
+    base = fixtures / "tune_driver_killed"
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_driver_killed")), "--logs", str(base / "driver.log")
+    )
+    assert not findings_of(report, "resources-insufficient")

@@ -1,0 +1,33 @@
+"""state-dict-mismatch: a DDP checkpoint restored into a bare model (real Ray 2.60 run)."""
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_ddp_prefix_is_named(fixtures):
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_state_dict_mismatch")))
+    assert code == 1
+    (finding,) = findings_of(report, "state-dict-mismatch")
+    assert (
+        report["findings"][0] is not None and report["findings"][0]["rule"] == "state-dict-mismatch"
+    )
+    assert "DDP-wrapped model" in finding["message"] and "module.weight" in finding["message"]
+    assert "removeprefix" in finding["fix"]
+
+
+def test_shape_change_is_described():
+    text = (
+        "RuntimeError: Error(s) in loading state_dict for Linear:\n"
+        "\tsize mismatch for weight: copying a param with shape torch.Size([2, 4]) from checkpoint, "
+        "the shape in current model is torch.Size([3, 4]).\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "state-dict-mismatch")
+    assert (
+        "weight is torch.Size([2, 4]) in the checkpoint but torch.Size([3, 4]) in the model"
+        in finding["message"]
+    )
+
+
+def test_near_miss_other_restore_failure(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_corrupt_checkpoint")))
+    assert not findings_of(report, "state-dict-mismatch")

@@ -1,0 +1,35 @@
+"""storage-unreachable: Ray's storage check, and multi-node runs on a local storage_path."""
+
+import json
+import shutil
+
+from conftest import experiment_dir, findings_of, inspect_json
+
+
+def test_ray_storage_check_failed(fixtures):
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_storage_unreachable")))
+    assert code == 1
+    (finding,) = findings_of(report, "storage-unreachable")
+    assert "Unable to set up cluster storage" in finding["message"]
+    assert "s3://" in finding["fix"]
+
+
+def test_multi_node_run_on_a_local_path(fixtures, tmp_path):
+    exp = tmp_path / "tune_healthy"
+    shutil.copytree(experiment_dir(fixtures, "tune_healthy"), exp)
+    state_path = next(exp.glob("experiment_state-*.json"))
+    state = json.loads(state_path.read_text())
+    # Hand edit: say the second trial ran on another node.
+    meta = json.loads(state["trial_data"][1][1])
+    meta["last_result"]["node_ip"] = "10.0.0.7"
+    state["trial_data"][1][1] = json.dumps(meta)
+    state_path.write_text(json.dumps(state))
+    code, report = inspect_json(str(exp))
+    (finding,) = findings_of(report, "storage-unreachable")
+    assert finding["severity"] == "warning" and code == 0
+    assert "2 nodes" in finding["message"]
+
+
+def test_near_miss_single_node_local_storage(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
+    assert not findings_of(report, "storage-unreachable")
