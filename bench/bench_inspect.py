@@ -139,6 +139,9 @@ def main() -> None:
     args = parser.parse_args()
 
     python = sys.executable
+    # Both sides run from compiled bytecode, as after a wheel install (ray's came with pip;
+    # an editable ray-doctor with PYTHONDONTWRITEBYTECODE set would recompile every run).
+    subprocess.run([python, "-m", "compileall", "-q", str(REPO / "ray_doctor")], check=True)
     doctor = [python, "-m", "ray_doctor", "inspect", "--format", "json", "-q"]
     print(f"building {args.trials} trials x {args.iterations} iterations ...", flush=True)
     exp = build(args.workdir / "speed" / "bench_exp", args.trials, args.iterations)

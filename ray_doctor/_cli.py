@@ -97,13 +97,15 @@ class _ProgressBar:
             self._progress.stop()
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(formatter, report, output: Path | None) -> None:
+    """Write a report to stdout or to `output`; a file that cannot be written is exit 2."""
     if output is None:
-        sys.stdout.write(text)
+        formatter.write(report, sys.stdout)
         sys.stdout.flush()
         return
     try:
-        output.write_text(text, encoding="utf-8")
+        with open(output, "w", encoding="utf-8") as stream:
+            formatter.write(report, stream)
     except OSError as exc:
         typer.echo(f"ray-doctor: cannot write {output}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None
@@ -157,12 +159,12 @@ def inspect(
         progress.close()
         typer.echo(f"ray-doctor: {exc}", err=True)
         if output_format == OutputFormat.json:
-            _emit(JsonFormatter().render(could_not_run_report("inspect", path, str(exc))), output)
+            _emit(JsonFormatter(), could_not_run_report("inspect", path, str(exc)), output)
         raise typer.Exit(2) from None
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
     if output_format == OutputFormat.json:
-        text = JsonFormatter(indent=output is None and sys.stdout.isatty()).render(report)
+        formatter = JsonFormatter(indent=output is None and sys.stdout.isatty())
     else:
         from ray_doctor.report import TerminalFormatter
 
@@ -170,8 +172,8 @@ def inspect(
         width = 100
         if stream is not None and stream.isatty():
             width = os.get_terminal_size(stream.fileno()).columns
-        text = TerminalFormatter(_use_color(color, stream), width, max_rows).render(report)
-    _emit(text, output)
+        formatter = TerminalFormatter(_use_color(color, stream), width, max_rows)
+    _emit(formatter, report, output)
     if output is not None and not quiet:
         typer.echo(f"ray-doctor: report written to {output}", err=True)
     raise typer.Exit(int(report.exit_code))

@@ -154,7 +154,8 @@ class History:
     max_iteration: int | None = None
     first_time: float | None = None
     last_time: float | None = None
-    last_row: dict[str, Any] | None = None
+    last_row: dict[str, Any] | None = None  # progress.csv's last row (result.json: last_line)
+    last_line: bytes | None = None  # result.json's last row, parsed only when needed
     restarts: list[Restart] = field(default_factory=list)  # the first ones, with positions
     restart_count: int = 0  # all of them
     nonfinite: list[NonFinite] = field(default_factory=list)

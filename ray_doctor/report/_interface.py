@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, TextIO
 
 from ray_doctor.report._report import Report
 
@@ -13,4 +13,8 @@ class Formatter(ABC):
 
     @abstractmethod
     def render(self, report: Report) -> str:
-        """The whole output as text; the CLI decides where it goes."""
+        """The whole output as text."""
+
+    def write(self, report: Report, stream: TextIO) -> None:
+        """Write the output to a stream; formats with big outputs stream it in pieces."""
+        stream.write(self.render(report))

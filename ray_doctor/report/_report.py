@@ -49,14 +49,31 @@ class ExitCode(IntEnum):
 
 
 def json_safe(value: Any) -> Any:
-    """Strict JSON: NaN and infinities become strings, containers are walked."""
-    if isinstance(value, float) and not math.isfinite(value):
+    """Strict JSON: NaN and infinities become strings. Containers are copied only when
+    something in them changes, so a large report is not held twice."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
+        items = {k: json_safe(v) for k, v in value.items()}
+        if all(isinstance(k, str) and items[k] is v for k, v in value.items()):
+            return value
+        return {str(k): v for k, v in items.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        items = [json_safe(v) for v in value]
+        if isinstance(value, list) and all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items
     return value
+
+
+def _safe_flat(values: dict[str, Any]) -> dict[str, Any]:
+    """json_safe for a flat dict of scalars (a result row), without walking it twice."""
+    for value in values.values():
+        if value.__class__ is float and not math.isfinite(value):
+            return {k: json_safe(v) for k, v in values.items()}
+    return values
 
 
 def iso(timestamp: float | None) -> str | None:
@@ -98,9 +115,9 @@ def _trial_dict(experiment: Experiment, trial: Trial) -> dict[str, Any]:
         "failures": trial.failure_count,
         "max_failures": trial.max_failures,
         "restarts": history.restart_count if history else 0,
-        "metric": {"name": metric[0], "value": metric[1]} if metric else None,
-        "last_result": trial.last_result,
-        "config": trial.config,
+        "metric": {"name": metric[0], "value": json_safe(metric[1])} if metric else None,
+        "last_result": _safe_flat(trial.last_result),
+        "config": json_safe(trial.config),
         "start_time": iso(trial.start_time),
         "last_result_time": iso(trial.last_result_time),
         "checkpoints": len([c for c in trial.checkpoints if c.exists]),
@@ -206,7 +223,9 @@ def build_inspect_report(
         "findings": [_finding_dict(f) for f in findings],
         "errors": [{"path": e.path, "reason": e.reason} for e in errors],
     }
-    return Report("inspect", exit_code, json_safe(data), findings, result)
+    # Only trial values come from the data (metrics, configs); the rest is ray-doctor's own
+    # strings and counts. _trial_dict made those JSON-safe already.
+    return Report("inspect", exit_code, data, findings, result)
 
 
 def could_not_run_report(command: str, target: str, reason: str) -> Report:

@@ -21,7 +21,7 @@ from ray_doctor.scan._logs import (
 )
 from ray_doctor.scan._merge import log_experiment, merge_logs
 from ray_doctor.scan._train_v2 import SNAPSHOT, is_train_v2_run, read_train_v2_run
-from ray_doctor.scan._trial import looks_like_trial_dir, read_trial
+from ray_doctor.scan._trial import complete_from_dir, looks_like_trial_dir, read_trial_dir
 from ray_doctor.scan._tune import STATE_GLOB, is_tune_experiment, read_tune_experiment
 from ray_doctor.storage import Entry, Storage, StorageError, open_storage
 
@@ -96,7 +96,9 @@ def _scan_path(target: str, workers: int, progress: Progress | None) -> ScanResu
         return result
     if looks_like_trial_dir(entries):
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        trial, errors = read_trial(storage, path, None, name, entries)
+        trial, errors = read_trial_dir(storage, path, name, entries)
+        assert trial is not None  # looks_like_trial_dir said so
+        complete_from_dir(trial)
         experiment = Experiment(path=display, name=name, layout=Layout.TRIAL, trials=[trial])
         experiment.errors = errors
         experiment.start_time, experiment.end_time = trial.start_time, trial.last_result_time

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ CHECKPOINT_KEY = b'"checkpoint_dir_name": "'
 NONFINITE = re.compile(rb"NaN|Infinity")
 CHECKPOINT = re.compile(rb'"checkpoint_dir_name": "([^"\\]{1,200})"')
 ITERATION = re.compile(rb'"training_iteration": (\d+)')
+TIMESTAMP = re.compile(rb'"timestamp": (\d+(?:\.\d+)?)')
 SINCE_RESTORE = re.compile(rb'"iterations_since_restore": (\d+)')
 MAX_NONFINITE_PARSES = 20  # rows parsed to name the metrics that went non-finite
 MAX_BAD_LINES = 20  # bad lines recorded by number (all are counted)
@@ -54,11 +56,20 @@ def _number(value: Any) -> float | None:
 
 def scalars(row: dict[str, Any]) -> dict[str, Any]:
     """The row's top-level scalar values: what reports show, without config or nested blobs."""
+    # Keys are interned: 10,000 trials share one copy of "training_iteration", not 10,000.
     return {
-        key: value
+        sys.intern(key): value
         for key, value in row.items()
         if key != "config" and (value is None or isinstance(value, (str, int, float, bool)))
     }
+
+
+def last_row(history: History) -> dict[str, Any]:
+    """The scalar values of the last result row (parsed on demand)."""
+    if history.last_row is not None:
+        return history.last_row
+    row = _loads(history.last_line) if history.last_line else None
+    return scalars(row) if row is not None else {}
 
 
 def nonfinite_metrics(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -71,6 +82,12 @@ def nonfinite_metrics(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[s
             yield name, "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
         elif isinstance(value, dict):
             yield from nonfinite_metrics(value, f"{name}/")
+
+
+def _newlines(buf: bytes) -> int:
+    """How many b"\\n" are in `buf`. bytes.replace of one byte runs on memchr and memcpy, about
+    six times faster than bytes.count here, and this is the one pass every file needs."""
+    return len(buf) - len(buf.replace(b"\n", b""))
 
 
 def _may_hold(buf: bytes, token: bytes, probes: int = 32) -> bool:
@@ -122,12 +139,12 @@ class _Summarizer:
     def feed(self, buf: bytes) -> None:
         """`buf` holds whole lines, each ending with b"\\n"."""
         history = self.history
-        count = buf.count(b"\n")
+        count = _newlines(buf)
         if self.lines_before == 0 and count:
-            row = _loads(buf[: buf.index(b"\n")])
-            if row is not None:
-                history.first_iteration = _int(row.get("training_iteration"))
-                history.first_time = _number(row.get("timestamp"))
+            first = buf[: buf.index(b"\n")]
+            iteration, timestamp = ITERATION.search(first), TIMESTAMP.search(first)
+            history.first_iteration = int(iteration[1]) if iteration else None
+            history.first_time = float(timestamp[1]) if timestamp else None
         end = len(buf) - 1
         last_line = buf[buf.rfind(b"\n", 0, end) + 1 : end]
         # iterations_since_restore counts rows since the last (re)start. When the last row's
@@ -268,7 +285,9 @@ class _Summarizer:
         history.nonfinite = sorted(self.nonfinite.values(), key=lambda n: n.first_line)
         row = _loads(self.last_good) if self.last_good else None
         if row is not None:
-            history.last_row = scalars(row)
+            # The row's dict is built only if a report needs it (see last_row): most trials'
+            # last result comes from the experiment state.
+            history.last_line = self.last_good
             history.last_iteration = _int(row.get("training_iteration"))
             history.last_time = _number(row.get("timestamp"))
         # Iterations only go back at a restart, so the furthest one reached is the last row's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +64,12 @@ def opaque(value: Any) -> Any:
 
 
 def _scalar_items(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if v is None or isinstance(v, (str, int, float, bool))}
+    # Keys interned: thousands of trials share one copy of each result key.
+    return {
+        sys.intern(k): v
+        for k, v in data.items()
+        if v is None or isinstance(v, (str, int, float, bool))
+    }
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
@@ -206,12 +212,40 @@ class _Reader:
         raise StateError(f"{reason} at character {self.consumed + self.pos}")
 
 
+# Below this size a state file is decoded in one call (faster); above it, streamed (flat memory).
+WHOLE_FILE_LIMIT = 32 * 1024 * 1024
+
+
+def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRecord]]:
+    try:
+        data = json.loads(storage.read_bytes(path, WHOLE_FILE_LIMIT))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StateError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise StateError("not a JSON object")
+    key = next((k for k in TRIAL_LIST_KEYS if isinstance(data.get(k), list)), None)
+    if key is None:
+        raise StateError("no trial_data or checkpoints list")
+    runner, stats = data.get("runner_data"), data.get("stats")
+    state = StateFile(
+        format=key,
+        runner=_scalar_items(runner) if isinstance(runner, dict) else {},
+        stats=_scalar_items(stats) if isinstance(stats, dict) else {},
+    )
+    elements = data[key]
+    del data
+    return state, (r for r in map(trial_record, elements) if r is not None)
+
+
 def read_state(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRecord]]:
     """Read the header fields and stream the trials. Raises StateError / StorageError.
 
     Trial records come from a generator: consume it fully before trusting `runner`/`stats`
     (they may follow the trial list in the file).
     """
+    entry = storage.stat(path)
+    if entry is not None and entry.size is not None and entry.size <= WHOLE_FILE_LIMIT:
+        return _read_whole(storage, path)
     reader = _Reader(storage.iter_chunks(path))
     state = StateFile(format="unknown")
 

@@ -10,6 +10,7 @@ from ray_doctor.model import Checkpoint, ScanError, Trial, TrialStatus
 from ray_doctor.scan._errorfile import parse_error_lines
 from ray_doctor.scan._results import (
     iter_result_rows,
+    last_row,
     summarize_progress_csv,
     summarize_results,
 )
@@ -35,47 +36,69 @@ def trial_id_from_name(name: str) -> str:
     return match["id"] if match else name
 
 
-def read_trial(
-    storage: Storage,
-    path: str | None,
-    record: TrialRecord | None,
-    name: str,
-    entries: list[Entry] | None = None,
-) -> tuple[Trial, list[ScanError]]:
-    """Build a Trial from its state record (if any) and its dir on storage (if any)."""
+def read_trial_dir(
+    storage: Storage, path: str, name: str, entries: list[Entry] | None = None
+) -> tuple[Trial | None, list[ScanError]]:
+    """A trial from its dir alone (no experiment state): None when the dir holds no trial
+    files (a PENDING trial's empty dir, or a dir that is not a trial at all)."""
     errors: list[ScanError] = []
-    trial = Trial(
-        trial_id=record.trial_id if record else trial_id_from_name(name),
-        name=name,
-        path=storage.display(path) if path else None,
-        status=_status(record.status if record else None),
-        in_state=record is not None,
-    )
-    if record:
-        trial.config = record.config
-        trial.max_failures = record.max_failures
-        trial.num_failures = record.num_failures
-        trial.start_time = record.start_time
-        trial.last_result_time = record.last_result_time
-        trial.last_result = record.last_result
-    if path is None:
-        return trial, errors
     if entries is None:
         try:
             entries = storage.list_dir(path)
         except StorageError as exc:
-            errors.append(ScanError(exc.path, exc.reason))
-            return trial, errors
+            return None, [ScanError(exc.path, exc.reason)]
+    if not looks_like_trial_dir(entries):
+        return None, errors
+    trial = Trial(
+        trial_id=trial_id_from_name(name),
+        name=name,
+        path=storage.display(path),
+        status=TrialStatus.UNKNOWN,
+        in_state=False,
+    )
     files = {e.name: e for e in entries if e.is_file}
     checkpoint_dirs = [e.name for e in entries if e.is_dir and CHECKPOINT_DIR.match(e.name)]
     _read_history(storage, trial, files, errors, checkpoint_dirs)
     _read_errors(storage, trial, files, errors)
-    if not trial.config and "params.json" in files:
+    if "params.json" in files:
         trial.config = _read_params(storage, files["params.json"], errors)
     trial.checkpoints = _checkpoints(storage, path, trial, entries)
-    if record is None:
-        trial.status = _infer_status(trial)
     return trial, errors
+
+
+def complete_from_dir(trial: Trial) -> None:
+    """For a trial no experiment state describes: its last result comes from result.json,
+    and its status from whether a failure came after that."""
+    if not trial.last_result and trial.history is not None:
+        trial.last_result = last_row(trial.history)
+        trial.history.last_line = trial.history.last_row = None
+    if not trial.in_state:
+        trial.status = _infer_status(trial)
+
+
+def trial_from_record(record: TrialRecord, name: str, path: str | None) -> Trial:
+    """A trial the experiment state lists but whose dir holds nothing (yet)."""
+    trial = Trial(record.trial_id, name, path, _status(record.status))
+    apply_record(trial, record)
+    return trial
+
+
+def apply_record(trial: Trial, record: TrialRecord) -> None:
+    """Merge what the experiment state says into a trial read from its dir; the state wins
+    on status and config, the dir on history."""
+    trial.trial_id = record.trial_id
+    trial.status = _status(record.status)
+    trial.in_state = True
+    trial.config = record.config or trial.config
+    trial.max_failures = record.max_failures
+    trial.num_failures = record.num_failures
+    trial.start_time = record.start_time if record.start_time is not None else trial.start_time
+    times = [t for t in (record.last_result_time, trial.last_result_time) if t is not None]
+    trial.last_result_time = max(times) if times else None
+    if record.last_result:
+        trial.last_result = record.last_result
+        if trial.history is not None:
+            trial.history.last_line = trial.history.last_row = None  # not needed twice
 
 
 def _status(value: str | None) -> TrialStatus:
@@ -117,12 +140,8 @@ def _read_history(
     if bad:
         shown = ", ".join(map(str, bad[:5]))
         errors.append(ScanError(history.path, f"lines that are not JSON rows: {shown}"))
-    if not trial.last_result and history.last_row:
-        trial.last_result = history.last_row
-    if trial.start_time is None:
-        trial.start_time = history.first_time
-    if history.last_time is not None:
-        trial.last_result_time = max(trial.last_result_time or 0.0, history.last_time)
+    trial.start_time = history.first_time
+    trial.last_result_time = history.last_time
 
 
 def _read_errors(
@@ -183,8 +202,7 @@ def _infer_status(trial: Trial) -> TrialStatus:
     if not trial.failures:
         return TrialStatus.UNKNOWN
     last_failure = trial.failures[-1].time
-    last_row = trial.history.last_row if trial.history and trial.history.last_row else {}
-    last_date = last_row.get("date")
+    last_date = trial.last_result.get("date")
     if last_failure and (not isinstance(last_date, str) or last_failure >= last_date):
         return TrialStatus.ERROR
     return TrialStatus.UNKNOWN

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import fnmatch
-import multiprocessing
 import os
-from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
-from ray_doctor.scan._trial import looks_like_trial_dir, read_trial
+from ray_doctor.scan._trial import (
+    apply_record,
+    complete_from_dir,
+    read_trial_dir,
+    trial_from_record,
+)
 from ray_doctor.storage import Entry, LocalStorage, Storage, StorageError
 
 STATE_GLOB = "experiment_state-*.json"
@@ -51,6 +55,44 @@ def read_tune_experiment(
     experiment = Experiment(path=storage.display(path), name=name, layout=Layout.TUNE)
     state_entries = [e for e in entries if e.is_file and fnmatch.fnmatch(e.name, STATE_GLOB)]
     experiment.state_files = len(state_entries)
+    candidates = [e for e in entries if e.is_dir and not e.name.startswith((".", "checkpoint_"))]
+
+    # Trial dirs are read in the pool while this process parses the experiment state: the two
+    # do not depend on each other until they are merged.
+    by_dir: dict[str, Trial | None] = {}
+    jobs = [(e.path, e.name) for e in candidates]
+    with _reading(storage, jobs, workers) as outcomes:
+        records = _read_state_into(experiment, storage, state_entries)
+        for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
+            by_dir[dirname] = trial
+            experiment.errors.extend(errors)
+            if progress:
+                progress(done, len(candidates))
+
+    paths = {e.name: storage.display(e.path) for e in candidates}
+    claimed: set[str] = set()
+    for record in records:
+        logdir = record.relative_logdir
+        trial = by_dir.get(logdir) if logdir else None
+        if trial is not None:
+            claimed.add(logdir)
+            apply_record(trial, record)
+        else:
+            trial = trial_from_record(record, logdir or record.trial_id, paths.get(logdir or ""))
+        experiment.trials.append(trial)
+    # Dirs the state does not list: trials of an older run of this experiment, or every trial
+    # when the state never reached storage.
+    experiment.trials += [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    for trial in experiment.trials:
+        complete_from_dir(trial)
+    _set_layout(experiment, entries, records)
+    _set_times(experiment)
+    return experiment
+
+
+def _read_state_into(
+    experiment: Experiment, storage: Storage, state_entries: list[Entry]
+) -> list[TrialRecord]:
     used, state, records = _load_state(storage, state_entries, experiment.errors)
     if used is not None and state is not None:
         experiment.state_file = used.name
@@ -63,83 +105,56 @@ def read_tune_experiment(
         experiment.errors.append(
             ScanError(experiment.path, "no experiment_state file could be read; trials from dirs")
         )
-
-    dirs = {e.name: e for e in entries if e.is_dir}
-    jobs: list[tuple[str | None, TrialRecord | None, str]] = []
-    claimed: set[str] = set()
-    for record in records:
-        logdir = record.relative_logdir
-        if logdir and logdir in dirs:
-            claimed.add(logdir)
-            jobs.append((dirs[logdir].path, record, logdir))
-        else:
-            jobs.append((None, record, logdir or record.trial_id))
-    # Dirs the state does not list: trials of an older run of this experiment, or every trial
-    # when the state never reached storage. Only dirs with trial files count.
-    for dirname, entry in dirs.items():
-        if dirname not in claimed and not dirname.startswith((".", "checkpoint_")):
-            jobs.append((entry.path, None, dirname))
-
-    trials = _read_trials(storage, jobs, workers, progress, experiment.errors)
-    experiment.trials = [t for t in trials if t is not None]
-    _set_layout(experiment, entries, records)
-    _set_times(experiment)
-    return experiment
+    return records
 
 
-Job = tuple[str | None, TrialRecord | None, str]
-# Below this many trials a process pool costs more than it saves.
+# Below this many trial dirs a process pool costs more than it saves.
 PROCESS_POOL_MIN_TRIALS = 200
 
 
-def _read_job(storage: Storage, job: Job) -> tuple[Trial | None, list[ScanError]]:
-    path, record, name = job
-    if record is None and path is not None:
-        try:
-            listing = storage.list_dir(path)
-        except StorageError as exc:
-            return None, [ScanError(exc.path, exc.reason)]
-        if not looks_like_trial_dir(listing):
-            return None, []
-        return read_trial(storage, path, None, name, listing)
-    return read_trial(storage, path, record, name)
+def _read_dir(storage: Storage, job: tuple[str, str]) -> tuple[str, Trial | None, list[ScanError]]:
+    path, name = job
+    trial, errors = read_trial_dir(storage, path, name)
+    return name, trial, errors
 
 
-def _executor(storage: Storage, jobs: int, workers: int) -> Executor:
-    """Processes for big local sweeps (the byte scanning is CPU-bound and holds the GIL);
-    threads otherwise (remote reads wait on the network, not the CPU)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if (
-        isinstance(storage, LocalStorage)
-        and jobs >= PROCESS_POOL_MIN_TRIALS
-        and (cpus or 1) > 1
-        and "fork" in multiprocessing.get_all_start_methods()
-    ):
-        # fork: the children inherit the imported modules and start in milliseconds. No
-        # threads are running at this point (the progress bar starts after the first result).
-        context = multiprocessing.get_context("fork")
-        return ProcessPoolExecutor(max_workers=min(cpus or 1, workers), mp_context=context)
-    return ThreadPoolExecutor(max_workers=max(1, workers))
+@contextmanager
+def _reading(
+    storage: Storage, jobs: list[tuple[str, str]], workers: int
+) -> Iterator[Iterator[tuple[str, Trial | None, list[ScanError]]]]:
+    """Start reading trial dirs and yield their results in job order.
+
+    Big local sweeps use forked processes (the byte scanning is CPU-bound and holds the GIL)
+    and overlap with the caller's state parsing; remote storage uses threads (reads wait on
+    the network); small local ones read in this process, where a pool costs more than it saves.
+    """
+    read = partial(_read_dir, storage)
+    local = isinstance(storage, LocalStorage)
+    if local and (len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")):
+        yield map(read, jobs)  # lazy: runs as the caller iterates
+        return
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    if local:
+        import multiprocessing
+
+        # fork: children inherit the imported modules and start in milliseconds. No threads
+        # run at this point (the progress bar starts after the first result).
+        processes = min(_cpus(), workers)
+        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+        # Few, large chunks: each task costs ~0.4 ms of queueing, more than reading a trial.
+        chunk = max(1, len(jobs) // (processes * 4))
+    else:
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        chunk = 1
+    with pool:
+        yield pool.map(read, jobs, chunksize=chunk)
 
 
-def _read_trials(
-    storage: Storage,
-    jobs: list[Job],
-    workers: int,
-    progress: Progress | None,
-    errors: list[ScanError],
-) -> list[Trial | None]:
-    results: list[Trial | None] = []
-    total = len(jobs)
-    with _executor(storage, total, workers) as pool:
-        chunk = max(1, total // (workers * 8)) if isinstance(pool, ProcessPoolExecutor) else 1
-        outcomes = pool.map(partial(_read_job, storage), jobs, chunksize=chunk)
-        for done, (trial, trial_errors) in enumerate(outcomes, start=1):
-            results.append(trial)
-            errors.extend(trial_errors)
-            if progress:
-                progress(done, total)
-    return results
+def _cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _set_layout(experiment: Experiment, entries: list[Entry], records: list[TrialRecord]) -> None:

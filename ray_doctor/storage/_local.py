@@ -24,6 +24,8 @@ def _reason(exc: OSError) -> str:
 
 def printable(path: str) -> str:
     """Make a path with undecodable bytes safe to print and to put in JSON."""
+    if path.isascii():
+        return path
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
