@@ -91,6 +91,9 @@ class SignatureRule(Rule):
     specificity = 2
     # Also fire on log lines when no failure carries the signature (e.g. raylet.out kills).
     use_events: ClassVar[bool] = True
+    # Where log text names the process it is about (e.g. the worker a kill chose): matched
+    # against each trial's last reported pid to say which trial it was.
+    victim_pid: ClassVar[re.Pattern[str] | None] = None
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         """(message, fix) for a hit; `hit.trial` / `hit.failure` say what it is about."""
@@ -125,9 +128,16 @@ class SignatureRule(Rule):
                 fired.append(self._from_events(experiment, hits))
         yield from fired
 
+    def _victim(self, experiment: Experiment, text: str) -> Trial | None:
+        if self.victim_pid is None:
+            return None
+        pids = {int(g) for m in self.victim_pid.finditer(text) for g in m.groups() if g}
+        matches = [t for t in experiment.trials if t.last_result.get("pid") in pids]
+        return matches[0] if len(matches) == 1 else None
+
     def _from_events(self, experiment: Experiment, hits: list[Hit]) -> Finding:
-        trial = _trial_of(experiment, hits)
         context = _nearby(experiment.events, hits)
+        trial = _trial_of(experiment, hits) or self._victim(experiment, context)
         hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial, text=context)
         message, fix = self.explain(experiment, hit)
         finished = all(t.status == TrialStatus.TERMINATED for t in experiment.trials)
@@ -136,7 +146,12 @@ class SignatureRule(Rule):
             # It happened, but every trial finished: worth knowing, not a failure.
             severity = Severity.WARNING if self.severity == Severity.ERROR else self.severity
             message += " Every trial still finished (Ray retried or the work was elsewhere)."
-        subject = trial_subject(experiment, trial) if trial else stop_subject(experiment)
+        # Log lines that explain why the run stopped lead the stop (trial-incomplete folds in),
+        # even when they also name the trial they hit.
+        stopped = experiment.failures or any(t.status.unfinished for t in experiment.trials)
+        subject = (
+            trial_subject(experiment, trial) if trial and not stopped else stop_subject(experiment)
+        )
         if severity != self.severity:
             subject = None  # a survived event does not explain any failure
         return self.finding(
@@ -158,7 +173,7 @@ def _trial_of(experiment: Experiment, hits: list[Hit]) -> Trial | None:
     return None
 
 
-def _nearby(events: list[LogEvent], hits: list[Hit], span: int = 5) -> str:
+def _nearby(events: list[LogEvent], hits: list[Hit], span: int = 40) -> str:
     """The kept log lines within `span` lines of any hit, in order: details often sit on the
     line after the one that matched (NCCL's "last completed work" follows its timeout)."""
     anchors = {(h.evidence.path, h.evidence.line) for h in hits if h.evidence.line}

@@ -112,6 +112,7 @@ class OomRayMemoryMonitor(SignatureRule):
     severity = Severity.ERROR
     example = "fixtures/tune_oom_memory_monitor"
     signatures = RAY_MONITOR
+    victim_pid = re.compile(r"pid=(\d+), actual memory used|name=[^,]*, pid=(\d+), memory used")
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         match = first_match(hit, USED_NEW, USED_OLD)

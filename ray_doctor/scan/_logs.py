@@ -65,6 +65,7 @@ EVENT_PATTERNS = (
         "signal",
         re.compile(
             r"(?i)out of memory|low on memory|\boom\b|oom-kill|killed process|\bkill(ed|ing)\b|"
+            r"selected to kill|"
             r"sigkill|exit(ed)? (with )?(code|status)|exit_type|timed out|timeout|"
             r"address already in use|eaddrinuse|errno:? ?98|no space left|enospc|errno:? ?28|"
             r"insufficient|cannot be scheduled|no available node types|"

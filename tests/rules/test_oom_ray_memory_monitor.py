@@ -1,5 +1,7 @@
 """oom-ray-memory-monitor on a real Ray 2.60 memory-monitor kill (trials left RUNNING)."""
 
+import re
+
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -36,6 +38,12 @@ def test_session_logs_alone_are_enough(fixtures):
     (finding,) = findings_of(report, "oom-ray-memory-monitor")
     paths = {e["path"].rsplit("/", 1)[-1] for e in finding["evidence"]}
     assert paths & {"raylet.out", "gcs_server.out"}
+    # The killed worker's pid (raylet.out) is matched to the trial that last reported it.
+    raylet = (base / "session_logs" / "raylet.out").read_text()
+    killed = int(re.search(r"pid=(\d+), actual memory used", raylet).group(1))
+    (victim,) = [t for t in report["trials"] if t["last_result"].get("pid") == killed]
+    assert finding["trial_id"] == victim["trial_id"]
+    assert [r["rule"] for r in finding["related"]] == ["trial-incomplete"]
 
 
 def test_old_wording_in_a_plain_log():
