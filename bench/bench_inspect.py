@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from _measure import measure  # noqa: E402
+
 TEMPLATE = REPO / "fixtures" / "tune_healthy" / "ray_results" / "tune_healthy"
 ANCHOR = (
     "import sys\n"
@@ -110,19 +112,6 @@ def build(dest: Path, trials: int, iterations: int) -> Path:
     return dest
 
 
-def measure(command: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MB, exit code) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{command[0]} failed ({proc.returncode}): {stderr[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, proc.returncode
-
-
 def best_of(runs: int, command: list[str]) -> tuple[float, float]:
     results = [measure(command) for _ in range(runs)]
     return min(r[0] for r in results), max(r[1] for r in results)
@@ -165,7 +154,7 @@ def main() -> None:
             path = build(
                 args.workdir / f"mem_{trials}x{iterations}" / "bench_exp", trials, iterations
             )
-            wall, rss = measure([*doctor, str(path)])[:2]
+            wall, rss = measure([*doctor, str(path)])
             print(
                 f"  {trials:6d} trials x {iterations:5d} iterations: {wall:6.2f} s  {rss:6.0f} MB"
             )

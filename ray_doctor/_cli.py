@@ -163,20 +163,92 @@ def inspect(
         raise typer.Exit(2) from None
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
-    if output_format == OutputFormat.json:
-        formatter = JsonFormatter(indent=output is None and sys.stdout.isatty())
-    else:
-        from ray_doctor.report import TerminalFormatter
-
-        stream = sys.stdout if output is None else None
-        width = 100
-        if stream is not None and stream.isatty():
-            width = os.get_terminal_size(stream.fileno()).columns
-        formatter = TerminalFormatter(_use_color(color, stream), width, max_rows)
+    formatter = _formatter(output_format, output, color, max_rows)
     _emit(formatter, report, output)
     if output is not None and not quiet:
         typer.echo(f"ray-doctor: report written to {output}", err=True)
     raise typer.Exit(int(report.exit_code))
+
+
+@app.command("verify-checkpoint")
+def verify_checkpoint(
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="A checkpoint dir, a checkpoint file (.pt .pth .bin .ckpt .pkl .safetensors), a "
+            "torch.distributed.checkpoint dir, or with --all a trial / experiment dir; a URI "
+            "works too.",
+            show_default=False,
+        ),
+    ],
+    all_checkpoints: Annotated[
+        bool,
+        typer.Option("--all", help="Every checkpoint under a trial or experiment dir."),
+    ] = False,
+    against: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--against",
+            help="Compare keys and shapes with this reference checkpoint, or 'previous' (with "
+            "--all: each checkpoint with the one before it in its trial).",
+        ),
+    ] = None,
+    values: Annotated[
+        bool, typer.Option("--values/--no-values", help="Check tensor values for NaN / Inf.")
+    ] = True,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = OutputFormat.terminal,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
+    ] = None,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
+    ] = FailOn.error,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
+    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+) -> None:
+    """Check a checkpoint is whole, sane and safe to load, without executing it."""
+    from ray_doctor.checkpoint import VerifyFailure, diagnose, verify, verify_all
+    from ray_doctor.report import JsonFormatter, build_verify_report, could_not_run_report
+
+    try:
+        previous = against == "previous"
+        if all_checkpoints:
+            result = verify_all(path, values, against_previous=previous)
+        else:
+            result = verify(path, values)
+        reference = None
+        if against and not previous:
+            reference_result = verify(against, values=False)
+            reference = reference_result.checkpoints[0] if reference_result.checkpoints else None
+    except VerifyFailure as exc:
+        typer.echo(f"ray-doctor: {exc}", err=True)
+        if output_format == OutputFormat.json:
+            _emit(
+                JsonFormatter(), could_not_run_report("verify-checkpoint", path, str(exc)), output
+            )
+        raise typer.Exit(2) from None
+    report = build_verify_report(result, diagnose(result, reference), fail_on.value)
+    _emit(_formatter(output_format, output, color, 20), report, output)
+    if output is not None and not quiet:
+        typer.echo(f"ray-doctor: report written to {output}", err=True)
+    raise typer.Exit(int(report.exit_code))
+
+
+def _formatter(output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int):
+    from ray_doctor.report import JsonFormatter
+
+    if output_format == OutputFormat.json:
+        return JsonFormatter(indent=output is None and sys.stdout.isatty())
+    from ray_doctor.report import TerminalFormatter
+
+    stream = sys.stdout if output is None else None
+    width = 100
+    if stream is not None and stream.isatty():
+        width = os.get_terminal_size(stream.fileno()).columns
+    return TerminalFormatter(_use_color(color, stream), width, max_rows)
 
 
 @app.command()

@@ -18,6 +18,16 @@ SCHEMA = json.loads((REPO / "docs" / "report.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
 
 
+# Peak RSS of a child process. Not getrusage: on Linux a child's ru_maxrss starts at its
+# parent's (the forked pytest process, torch and all); VmHWM belongs to the exec'd image.
+PEAK_RSS = (
+    "def PEAK():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            return int(line.split()[1]) / 1024\n"
+)
+
+
 @pytest.fixture(scope="session")
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled fixtures, copied to another absolute path: experiments get moved."""
@@ -73,3 +83,15 @@ def tree_snapshot(root: Path) -> dict[str, tuple[int, float, bytes]]:
         elif path.is_dir():
             snapshot[str(path.relative_to(root)) + "/"] = (0, path.stat().st_mtime, b"")
     return snapshot
+
+
+@pytest.fixture
+def healthy_pt(tmp_path: Path) -> Path:
+    """A real torch checkpoint (model, Adam state, epoch) in a Ray-style checkpoint dir."""
+    import torch
+    from checkpoint.ckpt_helpers import trained_state
+
+    path = tmp_path / "checkpoint_000003" / "checkpoint.pt"
+    path.parent.mkdir()
+    torch.save(trained_state(), path)
+    return path

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import experiment_dir, inspect_json, run_cli
+from conftest import PEAK_RSS, experiment_dir, inspect_json, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,12 +162,15 @@ def test_one_gigabyte_result_json_streams_in_bounded_memory(fixtures, tmp_path):
         "from ray_doctor.scan import scan\n"
         "result = scan(sys.argv[1])\n"
         "trial = next(t for t in result.experiments[0].trials if t.history.bad_lines)\n"
-        "rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "rss_mb = PEAK()\n"
         "print(json.dumps({'rows': trial.history.rows, 'rss_mb': rss_mb,"
         " 'errors': [e.reason for e in result.all_errors]}))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(exp)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", PEAK_RSS + code, str(exp)],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -28,7 +28,7 @@ def test_every_rule_documents_every_section_and_has_an_example():
         assert doc.summary, rule.id
         missing = [s for s in DOC_SECTIONS if not doc.sections.get(s)]
         assert not missing, f"{rule.id} lacks {missing}"
-        assert rule.example and (REPO / rule.example).exists(), rule.id
+        assert (rule.example and (REPO / rule.example).exists()) or rule.example_note, rule.id
 
 
 def test_every_rule_example_makes_the_rule_fire():
@@ -36,5 +36,7 @@ def test_every_rule_example_makes_the_rule_fire():
     from ray_doctor.rules._docs import example_output
 
     for rule in RULES:
+        if rule.example is None:
+            continue  # example_note says why
         output = example_output(rule)
         assert output and f"  {rule.id}  " in output, rule.id

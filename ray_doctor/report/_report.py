@@ -251,3 +251,55 @@ def could_not_run_report(command: str, target: str, reason: str) -> Report:
         "errors": [{"path": target, "reason": reason}],
     }
     return Report(command, ExitCode.COULD_NOT_RUN, data)
+
+
+def _checkpoint_dict(checkpoint, latest: set[str]) -> dict[str, Any]:
+    return {
+        "path": checkpoint.path,
+        "kind": checkpoint.kind,
+        "experiment": checkpoint.experiment,
+        "trial_id": checkpoint.trial_id,
+        "files": [
+            {"path": f.path, "format": f.format, "size": f.size, "tensors": len(f.tensors)}
+            for f in checkpoint.files
+        ],
+        "tensors": len(checkpoint.tensors),
+        "problems": len(checkpoint.all_problems),
+        "latest_restorable": checkpoint.path in latest,
+    }
+
+
+def build_verify_report(result, findings: list[Finding], fail_on: str = "error") -> Report:
+    """The verify-checkpoint report: same contract as inspect's, with checkpoints[]."""
+    latest = {path for _, _, path in result.latest_restorable if path}
+    if not result.checkpoints and not findings:
+        exit_code = ExitCode.NOTHING_TO_INSPECT
+    elif fails(findings, fail_on):
+        exit_code = ExitCode.FINDINGS
+    else:
+        exit_code = ExitCode.CLEAN
+    by_severity = Counter(f.severity.value for f in findings)
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ray-doctor", "version": __version__},
+        "command": "verify-checkpoint",
+        "generated_at": iso(datetime.now(tz=timezone.utc).timestamp()),
+        "target": {"path": result.target, "layout": result.layout, "ray_version": None},
+        "summary": {
+            "checkpoints": len(result.checkpoints),
+            "files": sum(len(c.files) for c in result.checkpoints),
+            "tensors": sum(len(c.tensors) for c in result.checkpoints),
+            "findings_by_severity": {s.value: by_severity.get(s.value, 0) for s in Severity},
+            "errors": len(result.errors),
+            "fail_on": fail_on,
+            "exit_code": int(exit_code),
+        },
+        "checkpoints": [_checkpoint_dict(c, latest) for c in result.checkpoints],
+        "latest_restorable": [
+            {"experiment": exp, "trial_id": trial, "checkpoint": path}
+            for exp, trial, path in result.latest_restorable
+        ],
+        "findings": [_finding_dict(f) for f in findings],
+        "errors": [{"path": e.path, "reason": e.reason} for e in result.errors],
+    }
+    return Report("verify-checkpoint", exit_code, data, findings)

@@ -73,6 +73,8 @@ class TerminalFormatter(Formatter):
 
     def _parts(self, data: dict[str, Any]) -> Iterable[Any]:
         yield self._header(data)
+        if data.get("command") == "verify-checkpoint":
+            yield from self._checkpoints(data)
         experiments = data.get("experiments", [])
         trials = data.get("trials", [])
         for experiment in experiments:
@@ -174,6 +176,49 @@ class TerminalFormatter(Formatter):
                 )
             )
         return Group(*parts)
+
+    def _checkpoints(self, data: dict[str, Any]) -> Iterable[Any]:
+        checkpoints = data.get("checkpoints", [])
+        if not checkpoints:
+            return
+        summary = data["summary"]
+        yield Text(
+            f"\n{summary['checkpoints']} checkpoint(s), {summary['files']} file(s), "
+            f"{summary['tensors']} tensor(s)",
+            style="bold",
+        )
+        table = Table(box=None, pad_edge=False, header_style="bold dim")
+        for column in ("checkpoint", "trial", "formats", "tensors", "status"):
+            table.add_column(column, justify="right" if column == "tensors" else "left")
+        shown = checkpoints if self.max_rows <= 0 else checkpoints[: self.max_rows]
+        for checkpoint in shown:
+            formats = sorted({f["format"] for f in checkpoint["files"] if f["format"] != "other"})
+            if checkpoint["problems"]:
+                status = Text("problems", style="bold red")
+            elif checkpoint.get("latest_restorable"):
+                status = Text("ok, latest restorable", style="green")
+            else:
+                status = Text("ok", style="green")
+            name = checkpoint["path"].rstrip("/").rsplit("/", 1)[-1]
+            table.add_row(
+                escape(
+                    name
+                    if checkpoint.get("trial_id")
+                    else short_path(checkpoint["path"], self._base)
+                ),
+                checkpoint.get("trial_id") or "",
+                ", ".join(formats),
+                str(checkpoint["tensors"]),
+                status,
+            )
+        yield table
+        if len(shown) < len(checkpoints):
+            yield Text(f"… {len(checkpoints) - len(shown)} more", style="dim")
+        for item in data.get("latest_restorable", []):
+            if item["checkpoint"] is None:
+                yield Text(
+                    f"  trial {item['trial_id']}: no checkpoint would restore", style="bold red"
+                )
 
     def _finding(self, finding: dict[str, Any]) -> Group:
         severity = finding["severity"]

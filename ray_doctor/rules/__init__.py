@@ -14,7 +14,10 @@ from ray_doctor.findings import Finding, Related, Severity
 from ray_doctor.model import ScanResult
 from ray_doctor.rules._base import Rule, RuleDoc
 from ray_doctor.rules.checkpoint_corrupt import CheckpointCorrupt
+from ray_doctor.rules.checkpoint_empty import CheckpointEmpty
 from ray_doctor.rules.checkpoint_missing import CheckpointMissing
+from ray_doctor.rules.checkpoint_nonfinite import CheckpointNonfinite
+from ray_doctor.rules.checkpoint_unsafe import CheckpointUnsafe
 from ray_doctor.rules.collective_timeout import CollectiveTimeout
 from ray_doctor.rules.config_correlated_failures import ConfigCorrelatedFailures
 from ray_doctor.rules.device_mismatch import DeviceMismatch
@@ -23,11 +26,14 @@ from ray_doctor.rules.metric_nonfinite import MetricNonfinite
 from ray_doctor.rules.missing_module import MissingModule
 from ray_doctor.rules.nccl_error import NcclError
 from ray_doctor.rules.oom import OomCuda, OomKilledByOs, OomRayMemoryMonitor
+from ray_doctor.rules.optimizer_mismatch import OptimizerMismatch
 from ray_doctor.rules.port_conflict import PortConflict
 from ray_doctor.rules.recovered_after_failure import RecoveredAfterFailure
 from ray_doctor.rules.resources_insufficient import ResourcesInsufficient
 from ray_doctor.rules.retries_exhausted import RetriesExhausted
+from ray_doctor.rules.snapshot_dangling import SnapshotDangling
 from ray_doctor.rules.state_dict_mismatch import StateDictMismatch
+from ray_doctor.rules.state_dict_prefix import StateDictPrefix
 from ray_doctor.rules.storage_unreachable import StorageUnreachable
 from ray_doctor.rules.trial_error import TrialError
 from ray_doctor.rules.trial_incomplete import TrialIncomplete
@@ -55,7 +61,15 @@ RULES: tuple[type[Rule], ...] = (
     MissingModule,
     ResourcesInsufficient,
     ConfigCorrelatedFailures,
+    # verify-checkpoint's own ids (checkpoint-corrupt and state-dict-mismatch serve both).
+    CheckpointUnsafe,
+    CheckpointNonfinite,
+    StateDictPrefix,
+    CheckpointEmpty,
+    OptimizerMismatch,
+    SnapshotDangling,
 )
+INSPECT_RULES = tuple(rule for rule in RULES if "inspect" in rule.commands)
 REGISTRY: dict[str, type[Rule]] = {rule.id: rule for rule in RULES}
 assert len(REGISTRY) == len(RULES), "two rules share an id"
 
@@ -79,7 +93,7 @@ def fold(findings: Iterable[Finding]) -> list[Finding]:
     return kept
 
 
-def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = RULES) -> list[Finding]:
+def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = INSPECT_RULES) -> list[Finding]:
     instances = [rule() for rule in rules]
     findings: list[Finding] = []
     for experiment in result.experiments:
@@ -100,4 +114,13 @@ def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = RULES) -> list[F
     )
 
 
-__all__ = ["REGISTRY", "RULES", "Finding", "Rule", "RuleDoc", "Severity", "run_rules"]
+__all__ = [
+    "INSPECT_RULES",
+    "REGISTRY",
+    "RULES",
+    "Finding",
+    "Rule",
+    "RuleDoc",
+    "Severity",
+    "run_rules",
+]

@@ -55,8 +55,14 @@ class Rule(ABC):
     specificity: ClassVar[int] = 0
     # A bundled fixture that shows the rule firing; docs and tests run it.
     example: ClassVar[str | None] = None
+    example_args: ClassVar[tuple[str, ...]] = ()  # extra command-line arguments for it
+    example_note: ClassVar[str] = ""  # why there is no bundled example, when there is none
     # Cross-trial rules read the other rules' (folded) findings: see `check_findings`.
     needs_findings: ClassVar[bool] = False
+    # The commands whose reports use this id: inspect runs `check`; verify-checkpoint turns
+    # its own problems into findings with the rule's title, severity and `verify_fix`.
+    commands: ClassVar[tuple[str, ...]] = ("inspect",)
+    verify_fix: ClassVar[str] = ""
 
     @classmethod
     def doc(cls) -> RuleDoc:
@@ -169,3 +175,12 @@ def describe_frame(failure: Failure) -> str:
     if frame is None:
         return ""
     return f" (raised in {frame.function} at {frame.file}:{frame.line})"
+
+
+class VerifyRule(Rule):
+    """A rule id verify-checkpoint reports; its checks live in `ray_doctor.checkpoint`."""
+
+    commands: ClassVar[tuple[str, ...]] = ("verify-checkpoint",)
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        return iter(())

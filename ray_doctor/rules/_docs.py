@@ -18,28 +18,45 @@ def example_logs(example: Path) -> list[Path]:
     return [p for p in (example / "driver.log", example / "session_logs") if p.exists()]
 
 
+def _verify_only(rule: type[Rule]) -> bool:
+    return "inspect" not in rule.commands
+
+
 def example_command(rule: type[Rule], root: Path = REPO_ROOT) -> str:
+    if _verify_only(rule):
+        extra = "".join(f" {a}" for a in rule.example_args)
+        return f"ray-doctor verify-checkpoint {rule.example}{extra}"
     logs = example_logs(root / rule.example) if rule.example else []
     extra = "".join(f" --logs {rule.example}/{p.name}" for p in logs)
     return f"ray-doctor inspect {rule.example}{extra}"
+
+
+def _example_findings(rule: type[Rule], target: str) -> list:
+    if _verify_only(rule):
+        from ray_doctor.checkpoint import diagnose, verify, verify_all
+
+        result = verify_all(target) if "--all" in rule.example_args else verify(target)
+        return [f for f in diagnose(result) if f.rule == rule.id]
+    from ray_doctor.rules import run_rules
+    from ray_doctor.scan import scan
+
+    path = Path(target)
+    logs = example_logs(path) if path.is_dir() else []
+    return [f for f in run_rules(scan(target, [str(p) for p in logs])) if f.rule == rule.id]
 
 
 def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
     """What the rule reports on its example fixture, paths relative to the repo root."""
     if not rule.example or not (root / rule.example).exists():
         return None
-    from ray_doctor.rules import run_rules
-    from ray_doctor.scan import scan
-
     target = str(root / rule.example)
-    logs = example_logs(root / rule.example) if (root / rule.example).is_dir() else []
-    result = scan(target, [str(p) for p in logs])
-    findings = [f for f in run_rules(result) if f.rule == rule.id]
     lines: list[str] = []
-    for finding in findings:
-        lines.append(f"{finding.severity.value}  {finding.rule}  {finding.message}")
+    for finding in _example_findings(rule, target):
+        # Only the checkout's location is rewritten; paths inside the data stay as written.
+        lines.append(
+            f"{finding.severity.value}  {finding.rule}  {finding.message.replace(target, rule.example)}"
+        )
         for item in finding.evidence:
-            # Only the checkout's location is rewritten; paths inside the data stay as written.
             location = item.path.replace(target, rule.example, 1)
             if item.line:
                 location += f":{item.line}"
@@ -76,6 +93,8 @@ def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
             "```",
             "",
         ]
+    if not example and rule.example_note:
+        out += ["## Example", "", rule.example_note[0].upper() + rule.example_note[1:], ""]
     references = doc.sections.get("References", "").strip()
     if references:
         out += ["## References", "", references, ""]

@@ -46,9 +46,14 @@ class CheckpointCorrupt(SignatureRule):
         filled up, or a sync copied a file that was still being written. Tune keeps restoring
         the newest checkpoint, so retries cannot get past it.
     Evidence it uses:
-        The error text of the trial's last failure (error.txt, driver or worker logs) and the
-        checkpoint dir it names, if any. A `weights_only` refusal ("Weights only load failed")
-        is not corruption and does not fire this rule.
+        In `inspect`: the error text of the trial's last failure (error.txt, driver or worker
+        logs) and the checkpoint dir it names, if any; a `weights_only` refusal ("Weights only
+        load failed") is not corruption and does not fire. In `verify-checkpoint`: the file
+        itself: an empty or truncated file, a missing zip central directory, a CRC-32 mismatch
+        in any zip member (every byte is read, which torch.load does not do), a pickle that
+        does not parse, tensor storages missing from the archive or of the wrong size,
+        safetensors headers whose offsets do not tile the data, DCP `.metadata` entries
+        pointing at missing shards or past their end.
     Fix:
         Check the checkpoint with `ray-doctor verify-checkpoint`, then move the damaged
         checkpoint dir aside so the restore uses the previous one, and resume. Write
@@ -63,6 +68,12 @@ class CheckpointCorrupt(SignatureRule):
     id = "checkpoint-corrupt"
     title = "Checkpoint is damaged"
     severity = Severity.ERROR
+    commands = ("inspect", "verify-checkpoint")
+    verify_fix = (
+        "Do not restore from this checkpoint: move it aside so the previous one is used (check "
+        "them with `ray-doctor verify-checkpoint --all TRIAL_DIR`). Write checkpoints to a "
+        "temporary dir, report them only when complete, and keep at least two."
+    )
     example = "fixtures/tune_corrupt_checkpoint"
     signatures = CORRUPT
 

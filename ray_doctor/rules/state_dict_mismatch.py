@@ -36,8 +36,9 @@ class StateDictMismatch(SignatureRule):
         the model's code or hyper-parameters (layer sizes) changed since the checkpoint was
         written.
     Evidence it uses:
-        The load_state_dict error text: which keys are missing or unexpected, and which
-        shapes differ.
+        In `inspect`: the load_state_dict error text: which keys are missing or unexpected,
+        and which shapes differ. In `verify-checkpoint --against REF`: the keys and shapes of
+        the checkpoint against a reference checkpoint, before any restore tries.
     Fix:
         Save `model.module.state_dict()` from DDP (in Ray Train, the model returned by
         `prepare_model` is wrapped). To load an old checkpoint, strip the prefix:
@@ -52,6 +53,11 @@ class StateDictMismatch(SignatureRule):
     id = "state-dict-mismatch"
     title = "Checkpoint does not match the model"
     severity = Severity.ERROR
+    commands = ("inspect", "verify-checkpoint")
+    verify_fix = (
+        "Restore into a model built like the one that saved the checkpoint, or adapt the state "
+        "dict first (rename keys, drop or re-initialise the parts that changed)."
+    )
     example = "fixtures/tune_state_dict_mismatch"
     signatures = MISMATCH
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -50,6 +51,14 @@ class Storage(ABC):
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)
 
+    @abstractmethod
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Read up to `length` bytes at `offset` of a regular file. Raises StorageError."""
+
+    def open_random(self, path: str, size: int) -> RandomAccessFile:
+        """A read-only, seekable file object over `path` (for zip central directories)."""
+        return RandomAccessFile(self, path, size)
+
     def read_bytes(self, path: str, limit: int) -> bytes:
         """Read at most `limit` bytes; raises StorageError when the file is larger."""
         out = bytearray()
@@ -78,3 +87,46 @@ class Storage(ABC):
                 carry = b""
         if carry and not skipping:
             yield carry
+
+
+class RandomAccessFile(io.RawIOBase):
+    """Seekable reads through `Storage.read_range`, so zipfile can parse local and remote
+    archives alike. Read-only by construction."""
+
+    def __init__(self, storage: Storage, path: str, size: int) -> None:
+        self._storage = storage
+        self._path = path
+        self._size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._size - self._pos
+        size = max(0, min(size, self._size - self._pos))
+        if not size:
+            return b""
+        try:
+            data = self._storage.read_range(self._path, self._pos, size)
+        except StorageError as exc:
+            raise OSError(exc.reason) from None
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

@@ -101,3 +101,25 @@ class LocalStorage(Storage):
                 yield chunk
         finally:
             os.close(fd)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except OSError as exc:
+            raise StorageError(self.display(path), _reason(exc)) from None
+        try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError(self.display(path), "not a regular file")
+            parts = []
+            while length > 0:
+                chunk = os.pread(fd, min(length, CHUNK_SIZE), offset)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                offset += len(chunk)
+                length -= len(chunk)
+            return b"".join(parts)
+        except OSError as exc:
+            raise StorageError(self.display(path), _reason(exc)) from None
+        finally:
+            os.close(fd)
