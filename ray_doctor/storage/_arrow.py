@@ -83,14 +83,14 @@ class ArrowStorage(Storage):
                     return
                 yield bytes(chunk)
 
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         try:
             with self._fs.open_input_file(path) as handle:
                 return bytes(handle.read_at(length, offset))
         except Exception as exc:
             raise StorageError(self.display(path), _one_line(exc)) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
