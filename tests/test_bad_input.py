@@ -189,7 +189,7 @@ MUTABLE = (
 
 
 @settings(
-    max_examples=40,
+    max_examples=int(os.environ.get("RAY_DOCTOR_FUZZ_EXAMPLES", "40")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -170,7 +170,7 @@ RAY_BOOKKEEPING_FILES = {".metadata.pkl", ".tune_metadata", "_preprocessor", "di
 # Not on the allowlist is enough to fail; these are named as known code-execution routes.
 DANGEROUS_MODULES = (
     "os", "posix", "nt", "subprocess", "sys", "builtins", "__builtin__", "shutil", "socket",
-    "importlib", "runpy", "pickle", "_pickle", "cloudpickle", "dill", "code", "codeop",
+    "importlib", "runpy", "pickle", "_pickle", "cloudpickle", "dill", "code", "codeop",  # safe: names to flag
     "pty", "ctypes", "marshal", "types", "webbrowser", "requests", "urllib", "http", "asyncio",
     "multiprocessing", "threading", "signal", "platform", "functools", "operator", "io", "_io",
     "tempfile", "glob", "zipfile", "tarfile", "<computed>",

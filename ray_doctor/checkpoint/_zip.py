@@ -165,6 +165,7 @@ def check_members(
 def _check_local(storage: Storage, path: str, members: list[Member], workers: int) -> list[str]:
     problems: dict[str, str] = {}
     windows: list[tuple[Member, int, int]] = []  # (member, file offset, length)
+    file_size = os.stat(path).st_size
     for member in members:
         if member.method != zipfile.ZIP_STORED or member.compressed_size != member.size:
             problem = check_member(storage, path, member)
@@ -175,6 +176,12 @@ def _check_local(storage: Storage, path: str, members: list[Member], workers: in
             start = data_offset(storage, path, member)
         except (ZipError, StorageError) as exc:
             problems[member.name] = f"member {member.name}: {getattr(exc, 'reason', exc)}"
+            continue
+        if start + member.size > file_size:
+            problems[member.name] = (
+                f"member {member.name}: its data would end at byte {start + member.size}, "
+                f"past the end of the {file_size}-byte file (truncated or damaged header)"
+            )
             continue
         for offset in range(0, max(member.size, 1), WINDOW):
             windows.append((member, start + offset, min(WINDOW, member.size - offset)))

@@ -15,8 +15,8 @@ class CheckpointUnsafe(VerifyRule):
         torch's `data.pkl` inside the archive, or in a file whose name claims another format.
     Likely cause:
         The file was tampered with (a pickle payload runs code the moment it is loaded with
-        `torch.load(weights_only=False)` or `pickle.load`), or the training code saved whole
-        Python objects (a model class, a custom config object, numpy scalars) instead of state
+        a full unpickler such as `torch.load` without `weights_only`), or the training code
+        saved whole Python objects (a model class, a custom config object, numpy scalars) instead of state
         dicts, which ties loading to that code and makes it unverifiable.
     Evidence it uses:
         Every opcode of every pickle, read by a symbolic machine that records globals and
@@ -40,7 +40,7 @@ class CheckpointUnsafe(VerifyRule):
     example = "fixtures/checkpoints/whole_model/model.pt"
     severity = Severity.ERROR
     verify_fix = (
-        "Do not load it with `torch.load(weights_only=False)` or `pickle.load`. If you trust its "
+        "Do not load it with a full unpickler (`torch.load` without `weights_only`, or pickle). If you trust its "
         "origin, re-save state dicts only (or safetensors) and load with `weights_only=True`; if "
         "you did not write it, treat the named globals as an attack."
     )

@@ -104,7 +104,9 @@ def test_two_gigabyte_file_of_nothing_is_rejected_quickly_in_bounded_memory(tmp_
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=int(os.environ.get("RAY_DOCTOR_FUZZ_EXAMPLES", "40")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     position=st.floats(min_value=0, max_value=1),
