@@ -29,12 +29,12 @@ test: $(VENV)/.installed-test lint
 	$(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff format --check ray_doctor tests bench docs fixtures/generate.py
-	$(BIN)/ruff check ray_doctor tests bench docs fixtures/generate.py
+	$(BIN)/ruff format --check ray_doctor tests bench docs fixtures/generate.py fixtures/checkpoints/generate.py fixtures/legacy/generate_legacy.py
+	$(BIN)/ruff check ray_doctor tests bench docs fixtures/generate.py fixtures/checkpoints/generate.py fixtures/legacy/generate_legacy.py
 
 format: $(VENV)/.installed-test
-	$(BIN)/ruff format ray_doctor tests bench docs fixtures/generate.py
-	$(BIN)/ruff check --fix ray_doctor tests bench docs fixtures/generate.py
+	$(BIN)/ruff format ray_doctor tests bench docs fixtures/generate.py fixtures/checkpoints/generate.py fixtures/legacy/generate_legacy.py
+	$(BIN)/ruff check --fix ray_doctor tests bench docs fixtures/generate.py fixtures/checkpoints/generate.py fixtures/legacy/generate_legacy.py
 
 # Re-create the committed fixtures with real Ray (minutes; needs the test extras).
 fixtures: $(VENV)/.installed-test
