@@ -270,9 +270,11 @@ def list_rules() -> None:
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("id")
     table.add_column("severity")
+    table.add_column("command")
     table.add_column("what it detects")
     for rule in RULES:
-        table.add_row(rule.id, rule.severity.value, rule.doc().summary)
+        commands = ", ".join(c.replace("verify-checkpoint", "verify") for c in rule.commands)
+        table.add_row(rule.id, rule.severity.value, commands, rule.doc().summary)
     Console().print(table)
 
 

@@ -76,6 +76,7 @@ def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
         "",
         f"- **id**: `{rule.id}` (stable)",
         f"- **default severity**: {rule.severity.value}",
+        f"- **reported by**: {', '.join(f'`ray-doctor {c}`' for c in rule.commands)}",
         "",
     ]
     for section in DOC_SECTIONS:
@@ -107,10 +108,12 @@ def generate(target: Path) -> dict[Path, str]:
     pages = {
         target / f"{rule.id}.md": render_rule_doc(rule, example_output(rule)) for rule in RULES
     }
-    index = ["# Rules", "", "| id | severity | what it detects |", "|---|---|---|"]
+    index = ["# Rules", "", "| id | severity | command | what it detects |", "|---|---|---|---|"]
     for rule in RULES:
+        commands = ", ".join(f"`{c}`" for c in rule.commands)
+        summary = rule.doc().summary
         index.append(
-            f"| [`{rule.id}`]({rule.id}.md) | {rule.severity.value} | {rule.doc().summary} |"
+            f"| [`{rule.id}`]({rule.id}.md) | {rule.severity.value} | {commands} | {summary} |"
         )
     pages[target / "README.md"] = "\n".join(index) + "\n"
     return pages
