@@ -12,6 +12,7 @@ from ray_doctor.report._report import (
     ExitCode,
     Report,
     build_inspect_report,
+    build_smoke_report,
     build_verify_report,
     could_not_run_report,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "Report",
     "TerminalFormatter",
     "build_inspect_report",
+    "build_smoke_report",
     "build_verify_report",
     "could_not_run_report",
     "schema_text",

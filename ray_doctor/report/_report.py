@@ -13,7 +13,7 @@ from ray_doctor import __version__
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Experiment, ScanError, ScanResult, Trial, TrialStatus
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: smoke (stages, environment, relaunch)
 FAIL_ON_CHOICES = ("error", "warning", "info", "never")
 # Keys Ray fills into every result; the "last metric" shown is the first key not among them.
 AUTO_FILLED = {
@@ -303,3 +303,60 @@ def build_verify_report(result, findings: list[Finding], fail_on: str = "error")
         "errors": [{"path": e.path, "reason": e.reason} for e in result.errors],
     }
     return Report("verify-checkpoint", exit_code, data, findings)
+
+
+def _stage_dict(stage) -> dict[str, Any]:
+    return {
+        "name": stage.name,
+        "title": stage.title,
+        "status": stage.status.value,
+        "duration_s": round(stage.duration_s, 3),
+        "message": stage.message,
+        "evidence": [
+            {"path": e.path, "line": e.line, "excerpt": e.excerpt} for e in stage.evidence
+        ],
+        "details": json_safe(stage.details),
+        "rules": [f.rule for f in stage.findings],
+    }
+
+
+def build_smoke_report(result, fail_on: str = "error") -> Report:
+    """The smoke report: same contract, with stages[], environment and relaunch.
+
+    Exit 2 when smoke could not start (no cluster) or a stage could not be evaluated and
+    nothing else failed; 1 when a finding is at or above `fail_on`; else 0.
+    """
+    findings = result.findings
+    evaluated = [s for s in result.stages if s.status.value != "error"]
+    if result.errors and not any(s.status.value in ("pass", "fail") for s in evaluated):
+        exit_code = ExitCode.COULD_NOT_RUN
+    elif fails(findings, fail_on):
+        exit_code = ExitCode.FINDINGS
+    elif result.errors or len(evaluated) < len(result.stages):
+        exit_code = ExitCode.COULD_NOT_RUN
+    else:
+        exit_code = ExitCode.CLEAN
+    by_severity = Counter(f.severity.value for f in findings)
+    by_status = Counter(s.status.value for s in result.stages)
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "ray-doctor", "version": __version__},
+        "command": "smoke",
+        "generated_at": iso(datetime.now(tz=timezone.utc).timestamp()),
+        "target": {"path": result.target, "layout": "cluster", "ray_version": result.ray_version},
+        "summary": {
+            "stages": len(result.stages),
+            "stages_by_status": {s: by_status.get(s, 0) for s in ("pass", "fail", "error", "skip")},
+            "findings_by_severity": {s.value: by_severity.get(s.value, 0) for s in Severity},
+            "errors": len(result.errors),
+            "fail_on": fail_on,
+            "exit_code": int(exit_code),
+            "duration_s": round(result.duration_s, 3),
+        },
+        "stages": [_stage_dict(stage) for stage in result.stages],
+        "environment": json_safe(result.environment),
+        "relaunch": json_safe(result.relaunch),
+        "findings": [_finding_dict(f) for f in findings],
+        "errors": [{"path": where, "reason": why} for where, why in result.errors],
+    }
+    return Report("smoke", exit_code, data, findings)

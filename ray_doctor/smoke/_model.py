@@ -1,0 +1,110 @@
+"""What a smoke run produces: one result per stage, the environment, and the relaunch verdict.
+
+Plain dataclasses with no Ray or torch in sight: the CLI builds the report from them, and the
+stage runner (a child process that does import Ray) sends them back as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from ray_doctor.findings import Finding, Related, Severity
+from ray_doctor.model import Evidence
+
+
+class StageStatus(str, Enum):
+    PASS = "pass"  # the check ran and what it checked works
+    FAIL = "fail"  # the check ran and found a problem: it carries findings
+    ERROR = "error"  # the check could not be evaluated (it crashed, or ran out of time)
+    SKIP = "skip"  # not run: not selected, or a stage it needs did not pass
+
+
+# Stable stage names, in the order they run: JUnit test cases and `--stage` use them.
+STAGES: dict[str, str] = {
+    "cluster": "cluster resources satisfy the request",
+    "device": "devices visible, compute and memory headroom in a Tune trial",
+    "collective": "allreduce across a Ray Train worker group",
+    "checkpoint": "checkpoint save, report and restore through storage",
+    "port": "master port can be bound on every worker node",
+    "relaunch": "the failed trial's own config, re-run with its trainable",
+    "environment": "environment fingerprint of every node",
+}
+DEFAULT_STAGES = ("cluster", "device", "collective", "checkpoint", "port", "environment")
+RELAUNCH_STAGES = ("cluster", "relaunch", "environment")
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: StageStatus
+    duration_s: float = 0.0
+    message: str = ""
+    evidence: list[Evidence] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return STAGES.get(self.name, self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "duration_s": round(self.duration_s, 3),
+            "message": self.message,
+            "evidence": [asdict(e) for e in self.evidence],
+            "details": self.details,
+            "findings": [finding_to_json(f) for f in self.findings],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageResult:
+        return cls(
+            name=data["name"],
+            status=StageStatus(data["status"]),
+            duration_s=float(data.get("duration_s") or 0.0),
+            message=data.get("message", ""),
+            evidence=[Evidence(**e) for e in data.get("evidence", [])],
+            details=data.get("details") or {},
+            findings=[finding_from_json(f) for f in data.get("findings", [])],
+        )
+
+
+def finding_to_json(finding: Finding) -> dict[str, Any]:
+    data = asdict(finding)
+    data["severity"] = finding.severity.value
+    return data
+
+
+def finding_from_json(data: dict[str, Any]) -> Finding:
+    data = dict(data)
+    data["severity"] = Severity(data["severity"])
+    data["evidence"] = [Evidence(**e) for e in data.get("evidence", [])]
+    data["related"] = [Related(**r) for r in data.get("related", [])]
+    return Finding(**data)
+
+
+@dataclass
+class SmokeResult:
+    """Everything one `ray-doctor smoke` run found."""
+
+    target: str  # "local" (a Ray instance smoke started) or the cluster address it joined
+    ray_version: str | None = None
+    stages: list[StageResult] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    relaunch: dict[str, Any] | None = None
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (where, why): could not run
+    duration_s: float = 0.0
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for stage in self.stages for f in stage.findings]
+
+    def stage(self, name: str) -> StageResult | None:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        return None
