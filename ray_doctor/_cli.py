@@ -237,6 +237,183 @@ def verify_checkpoint(
     raise typer.Exit(int(report.exit_code))
 
 
+@app.command()
+def smoke(
+    gpus: Annotated[
+        int, typer.Option("--gpus", min=0, help="GPUs to test (0: the CPU path, gloo).")
+    ] = 0,
+    workers: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Train workers for the allreduce [default: one per GPU, or 2 on the CPU].",
+        ),
+    ] = None,
+    cpus_per_worker: Annotated[
+        float, typer.Option("--cpus-per-worker", help="CPUs per worker and per smoke trial.")
+    ] = 1.0,
+    address: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--address",
+            envvar="RAY_ADDRESS",
+            help="Join this cluster (HOST:PORT, ray://HOST:PORT or auto) instead of starting a "
+            "private local Ray instance.",
+        ),
+    ] = None,
+    storage_path: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--storage-path",
+            help="Where checkpoints go (a path or URI, as in RunConfig).",
+            show_default="a private temp dir",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds for the whole run.")
+    ] = 300.0,
+    master_port: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--master-port",
+            min=1,
+            max=65535,
+            help="Port to check on every worker node.",
+            show_default="$MASTER_PORT, else 29500",
+        ),
+    ] = None,
+    memory_fraction: Annotated[
+        float,
+        typer.Option("--memory-fraction", help="Fraction of free device memory to allocate."),
+    ] = 0.5,
+    stages: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--stage",
+            help="Run only this stage (repeatable): cluster, device, collective, checkpoint, "
+            "port, relaunch, environment.",
+        ),
+    ] = None,
+    from_dir: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--from", help="Re-run a trial of this experiment (with --trial, --entrypoint)."
+        ),
+    ] = None,
+    trial: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--trial", help="The trial id (or dir name) to re-run."),
+    ] = None,
+    entrypoint: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--entrypoint", help="The trainable: module:function or path/to/file.py:function."
+        ),
+    ] = None,
+    iterations: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--iterations",
+            min=1,
+            help="Iterations to re-run.",
+            show_default="up to where the original failed",
+        ),
+    ] = None,
+    logs: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--logs", "-l", help="Logs of the original run, as for inspect (--from)."),
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep smoke's experiments, logs and Ray temp dir.")
+    ] = False,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", "-f", help="Output format.")
+    ] = OutputFormat.terminal,
+    output: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
+    ] = None,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
+    ] = FailOn.error,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
+    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+) -> None:
+    """Run real Ray Tune and Ray Train smoke trials to confirm or refute a diagnosis."""
+    from ray_doctor.report import JsonFormatter, build_smoke_report, could_not_run_report
+    from ray_doctor.smoke import (
+        SmokeFailure,
+        SmokeOptions,
+        default_stages,
+        plan_relaunch,
+        run_smoke,
+    )
+    from ray_doctor.smoke._model import DEFAULT_MASTER_PORT
+
+    target = address or "local"
+    try:
+        relaunch = None
+        if from_dir or trial or entrypoint:
+            if not (from_dir and trial and entrypoint):
+                raise SmokeFailure("--from, --trial and --entrypoint go together")
+            relaunch = plan_relaunch(from_dir, trial, entrypoint, iterations, logs or [])
+        if master_port is not None:
+            port, port_from = master_port, "--master-port"
+        elif os.environ.get("MASTER_PORT", "").isdigit():
+            port, port_from = int(os.environ["MASTER_PORT"]), "$MASTER_PORT"
+        else:
+            port, port_from = DEFAULT_MASTER_PORT, "torch's default"
+        selected = tuple(stages) if stages else default_stages(relaunch is not None)
+        options = SmokeOptions(
+            gpus=gpus,
+            workers=workers,
+            cpus_per_worker=cpus_per_worker,
+            address=address,
+            storage_path=storage_path,
+            timeout_s=timeout,
+            master_port=port,
+            master_port_from=port_from,
+            memory_fraction=memory_fraction,
+            stages=("cluster", *[s for s in selected if s != "cluster"]),
+            keep=keep,
+            relaunch=relaunch,
+        )
+        progress = _StageProgress(enabled=not quiet and sys.stderr.isatty())
+        result = run_smoke(options, progress, logs or [])
+    except SmokeFailure as exc:
+        typer.echo(f"ray-doctor: {exc}", err=True)
+        if output_format == OutputFormat.json:
+            _emit(JsonFormatter(), could_not_run_report("smoke", target, str(exc)), output)
+        raise typer.Exit(2) from None
+    report = build_smoke_report(result, fail_on.value)
+    _emit(_formatter(output_format, output, color, 20), report, output)
+    if output is not None and not quiet:
+        typer.echo(f"ray-doctor: report written to {output}", err=True)
+    if result.ended == "interrupted":
+        typer.echo("ray-doctor: interrupted", err=True)
+        raise typer.Exit(130)
+    raise typer.Exit(int(report.exit_code))
+
+
+class _StageProgress:
+    """Stage lines on stderr as the runner reports them (a terminal only)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, event: dict) -> None:
+        if not self.enabled:
+            return
+        if event["type"] == "start":
+            sys.stderr.write(f"  … {event['stage']}\n")
+        elif event["type"] == "stage":
+            from ray_doctor.report import STAGE_MARK
+
+            mark = STAGE_MARK.get(event["status"], "?")
+            sys.stderr.write(f"  {mark} {event['name']} {event['duration_s']:.1f} s\n")
+
+
 def _formatter(output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int):
     from ray_doctor.report import JsonFormatter
 

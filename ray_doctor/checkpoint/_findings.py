@@ -31,16 +31,12 @@ def make_finding(
     rule_id: str, message: str, evidence: list[Evidence], checkpoint: CheckpointResult | None
 ) -> Finding:
     rule = _rule(rule_id)
-    return Finding(
-        rule=rule.id,
-        severity=rule.severity,
-        title=rule.title,
-        message=message,
-        fix=rule.verify_fix,
+    return rule.make_finding(
+        message,
+        evidence[:MAX_EVIDENCE],
+        rule.verify_fix,
         experiment=checkpoint.experiment if checkpoint else None,
         trial_id=checkpoint.trial_id if checkpoint else None,
-        evidence=evidence[:MAX_EVIDENCE],
-        docs=rule.docs_url(),
     )
 
 

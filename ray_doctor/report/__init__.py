@@ -9,6 +9,7 @@ from ray_doctor.report._json import JsonFormatter
 from ray_doctor.report._report import (
     FAIL_ON_CHOICES,
     SCHEMA_VERSION,
+    STAGE_MARK,
     ExitCode,
     Report,
     build_inspect_report,
@@ -38,6 +39,7 @@ __all__ = [
     "FAIL_ON_CHOICES",
     "FORMATS",
     "SCHEMA_VERSION",
+    "STAGE_MARK",
     "ExitCode",
     "Formatter",
     "JsonFormatter",

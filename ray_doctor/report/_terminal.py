@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ray_doctor.report._interface import Formatter
-from ray_doctor.report._report import ExitCode, Report
+from ray_doctor.report._report import STAGE_MARK, ExitCode, Report
 
 STATUS_STYLE = {
     "ERROR": "bold red",
@@ -25,6 +25,7 @@ STATUS_STYLE = {
 }
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 SEVERITY_MARK = {"error": "✖", "warning": "▲", "info": "●"}
+STAGE_STYLE = {"pass": "green", "fail": "bold red", "error": "bold yellow", "skip": "dim"}
 # Problem trials first, so a capped table still shows them.
 STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
 
@@ -75,6 +76,8 @@ class TerminalFormatter(Formatter):
         yield self._header(data)
         if data.get("command") == "verify-checkpoint":
             yield from self._checkpoints(data)
+        if data.get("command") == "smoke":
+            yield from self._stages(data)
         experiments = data.get("experiments", [])
         trials = data.get("trials", [])
         for experiment in experiments:
@@ -89,7 +92,8 @@ class TerminalFormatter(Formatter):
                 yield self._finding(finding)
         errors = data.get("errors", [])
         if errors:
-            yield Text("\nCould not read", style="bold")
+            heading = "Could not run" if data.get("command") == "smoke" else "Could not read"
+            yield Text(f"\n{heading}", style="bold")
             for error in errors[:20]:
                 yield Text(f"  {short_path(error['path'])}: {error['reason']}", style="yellow")
             if len(errors) > 20:
@@ -219,6 +223,33 @@ class TerminalFormatter(Formatter):
                 yield Text(
                     f"  trial {item['trial_id']}: no checkpoint would restore", style="bold red"
                 )
+
+    def _stages(self, data: dict[str, Any]) -> Iterable[Any]:
+        summary = data["summary"]
+        ray = data["target"].get("ray_version")
+        line = Text("\n")
+        line.append(f"{summary['stages']} stages", style="bold")
+        line.append(f" in {summary.get('duration_s', 0):.1f} s" + (f" · Ray {ray}" if ray else ""))
+        yield line
+        table = Table(box=None, pad_edge=False, show_header=False)
+        table.add_column("status", no_wrap=True)
+        table.add_column("stage", no_wrap=True)
+        table.add_column("time", justify="right", no_wrap=True)
+        table.add_column("what it found", overflow="fold")
+        for stage in data.get("stages", []):
+            status = stage["status"]
+            table.add_row(
+                Text(f"{STAGE_MARK[status]} {status}", style=STAGE_STYLE[status]),
+                stage["name"],
+                f"{stage['duration_s']:.1f} s" if status != "skip" else "",
+                escape(stage["message"]),
+            )
+        yield table
+        kept = (data.get("environment") or {}).get("kept")
+        if kept:
+            yield Text(
+                "kept (--keep): " + ", ".join(f"{k} {v}" for k, v in kept.items()), style="dim"
+            )
 
     def _finding(self, finding: dict[str, Any]) -> Group:
         severity = finding["severity"]

@@ -17,11 +17,19 @@ from ray_doctor.rules.checkpoint_corrupt import CheckpointCorrupt
 from ray_doctor.rules.checkpoint_empty import CheckpointEmpty
 from ray_doctor.rules.checkpoint_missing import CheckpointMissing
 from ray_doctor.rules.checkpoint_nonfinite import CheckpointNonfinite
+from ray_doctor.rules.checkpoint_roundtrip import CheckpointRoundtrip
 from ray_doctor.rules.checkpoint_unsafe import CheckpointUnsafe
+from ray_doctor.rules.cluster_unreachable import ClusterUnreachable
+from ray_doctor.rules.collective_failed import CollectiveFailed
 from ray_doctor.rules.collective_timeout import CollectiveTimeout
 from ray_doctor.rules.config_correlated_failures import ConfigCorrelatedFailures
 from ray_doctor.rules.device_mismatch import DeviceMismatch
+from ray_doctor.rules.device_unavailable import DeviceUnavailable
 from ray_doctor.rules.disk_full import DiskFull
+from ray_doctor.rules.failure_changed import FailureChanged
+from ray_doctor.rules.failure_not_reproduced import FailureNotReproduced
+from ray_doctor.rules.failure_reproduced import FailureReproduced
+from ray_doctor.rules.memory_headroom_low import MemoryHeadroomLow
 from ray_doctor.rules.metric_nonfinite import MetricNonfinite
 from ray_doctor.rules.missing_module import MissingModule
 from ray_doctor.rules.nccl_error import NcclError
@@ -68,6 +76,16 @@ RULES: tuple[type[Rule], ...] = (
     CheckpointEmpty,
     OptimizerMismatch,
     SnapshotDangling,
+    # smoke's own ids (resources-insufficient, collective-timeout, nccl-error, port-conflict
+    # and storage-unreachable serve it too).
+    ClusterUnreachable,
+    DeviceUnavailable,
+    MemoryHeadroomLow,
+    CollectiveFailed,
+    CheckpointRoundtrip,
+    FailureReproduced,
+    FailureChanged,
+    FailureNotReproduced,
 )
 INSPECT_RULES = tuple(rule for rule in RULES if "inspect" in rule.commands)
 REGISTRY: dict[str, type[Rule]] = {rule.id: rule for rule in RULES}

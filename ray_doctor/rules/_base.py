@@ -72,6 +72,29 @@ class Rule(ABC):
     def docs_url(cls) -> str:
         return f"{DOCS_BASE}/{cls.id}.md"
 
+    @classmethod
+    def make_finding(
+        cls,
+        message: str,
+        evidence: list[Evidence],
+        fix: str,
+        experiment: str | None = None,
+        trial_id: str | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """A finding of this rule made outside `check` (verify-checkpoint, smoke)."""
+        return Finding(
+            rule=cls.id,
+            severity=severity or cls.severity,
+            title=cls.title,
+            message=message,
+            fix=fix,
+            experiment=experiment,
+            trial_id=trial_id,
+            evidence=[e for e in evidence if e is not None],
+            docs=cls.docs_url(),
+        )
+
     @abstractmethod
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         """Yield findings; read only the model."""
@@ -181,6 +204,17 @@ class VerifyRule(Rule):
     """A rule id verify-checkpoint reports; its checks live in `ray_doctor.checkpoint`."""
 
     commands: ClassVar[tuple[str, ...]] = ("verify-checkpoint",)
+
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        return iter(())
+
+
+class SmokeRule(Rule):
+    """A rule id `ray-doctor smoke` reports; its checks run in `ray_doctor.smoke`."""
+
+    commands: ClassVar[tuple[str, ...]] = ("smoke",)
+    # The smoke command line whose real output is the rule's doc example (docs/generate.py).
+    smoke_example: ClassVar[str | None] = None
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         return iter(())

@@ -66,6 +66,7 @@ class CollectiveTimeout(SignatureRule):
     id = "collective-timeout"
     title = "Collective operation timed out"
     severity = Severity.ERROR
+    commands = ("inspect", "smoke")
     specificity = 3  # more specific than a generic NCCL error about the same failure
     example = "fixtures/train_v2_collective_timeout"
     signatures = HANG

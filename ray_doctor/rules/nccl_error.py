@@ -61,6 +61,7 @@ class NcclError(SignatureRule):
     id = "nccl-error"
     title = "NCCL error"
     severity = Severity.ERROR
+    commands = ("inspect", "smoke")
     example = "fixtures/edited/nccl_error/error.txt"
     signatures = NCCL
 

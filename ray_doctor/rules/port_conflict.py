@@ -45,6 +45,7 @@ class PortConflict(SignatureRule):
     id = "port-conflict"
     title = "Port already in use"
     severity = Severity.ERROR
+    commands = ("inspect", "smoke")
     example = "fixtures/tune_port_conflict"
     signatures = IN_USE
 

@@ -65,6 +65,7 @@ class ResourcesInsufficient(SignatureRule):
     id = "resources-insufficient"
     title = "Not enough cluster resources to start"
     severity = Severity.ERROR
+    commands = ("inspect", "smoke")
     example = "fixtures/tune_insufficient_resources"
     signatures = WAITING
 

@@ -51,6 +51,7 @@ class StorageUnreachable(SignatureRule):
     id = "storage-unreachable"
     title = "Storage not reachable"
     severity = Severity.ERROR
+    commands = ("inspect", "smoke")
     example = "fixtures/tune_storage_unreachable"
     signatures = UNREACHABLE
 

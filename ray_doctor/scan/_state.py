@@ -111,14 +111,17 @@ def _run_metadata(value: Any) -> dict[str, Any]:
     return _as_dict(value)
 
 
+def trial_json(element: Any) -> dict[str, Any]:
+    """The trial's own JSON state from one element of trial_data or of checkpoints."""
+    if isinstance(element, list) and element:
+        return _as_dict(element[0])
+    return _as_dict(element)
+
+
 def trial_record(element: Any) -> TrialRecord | None:
     """Decode one element of trial_data (a pair) or of the old checkpoints list (a string)."""
-    if isinstance(element, list) and element:
-        trial = _as_dict(element[0])
-        meta = _run_metadata(element[1]) if len(element) > 1 else {}
-    else:
-        trial = _as_dict(element)
-        meta = {}
+    trial = trial_json(element)
+    meta = _run_metadata(element[1]) if isinstance(element, list) and len(element) > 1 else {}
     trial_id = trial.get("trial_id")
     if not isinstance(trial_id, str):
         return None
@@ -216,7 +219,7 @@ class _Reader:
 WHOLE_FILE_LIMIT = 32 * 1024 * 1024
 
 
-def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRecord]]:
+def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
     try:
         data = json.loads(storage.read_bytes(path, WHOLE_FILE_LIMIT))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -234,7 +237,7 @@ def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialR
     )
     elements = data[key]
     del data
-    return state, (r for r in map(trial_record, elements) if r is not None)
+    return state, iter(elements)
 
 
 def read_state(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRecord]]:
@@ -243,13 +246,20 @@ def read_state(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRe
     Trial records come from a generator: consume it fully before trusting `runner`/`stats`
     (they may follow the trial list in the file).
     """
+    state, elements = read_state_elements(storage, path)
+    return state, (r for r in map(trial_record, elements) if r is not None)
+
+
+def read_state_elements(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
+    """Like `read_state`, but the trials as Ray wrote them: `[trial_json, run_metadata_json]`
+    pairs (or, before Ray ~2.5, trial JSON strings), undecoded."""
     entry = storage.stat(path)
     if entry is not None and entry.size is not None and entry.size <= WHOLE_FILE_LIMIT:
         return _read_whole(storage, path)
     reader = _Reader(storage.iter_chunks(path))
     state = StateFile(format="unknown")
 
-    def trials() -> Iterator[TrialRecord]:
+    def trials() -> Iterator[Any]:
         reader.expect("{")
         if reader.peek() == "}":
             return
@@ -265,9 +275,7 @@ def read_state(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRe
                     reader.pos += 1
                 else:
                     while True:
-                        record = trial_record(reader.value())
-                        if record is not None:
-                            yield record
+                        yield reader.value()
                         sep = reader.peek()
                         reader.pos += 1
                         if sep == "]":

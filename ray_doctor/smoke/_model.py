@@ -35,6 +35,70 @@ DEFAULT_STAGES = ("cluster", "device", "collective", "checkpoint", "port", "envi
 RELAUNCH_STAGES = ("cluster", "relaunch", "environment")
 
 
+DEFAULT_MASTER_PORT = 29500  # torch.distributed's default, what torchrun and most scripts use
+CPU_ALLOCATION_CAP = 1 << 30  # host memory a CPU headroom check touches, at most
+
+
+@dataclass
+class RelaunchPlan:
+    """`--from`: what to re-run, resolved by the parent from the experiment on storage."""
+
+    experiment: str  # the experiment dir (path or URI)
+    experiment_name: str
+    trial_id: str
+    entrypoint: str  # module:function or path/file.py:function
+    iterations: int
+    config: dict[str, Any]
+    resources: list[dict[str, float]]  # placement group bundles, e.g. [{"CPU": 1.0}]
+    strategy: str = "PACK"
+    resources_from: str = "default"  # where the bundles came from
+    original: dict[str, Any] | None = None  # the trial's headline finding, as inspect says
+    original_iterations: int | None = None  # reported before it failed
+
+
+@dataclass
+class SmokeOptions:
+    gpus: int = 0
+    workers: int | None = None  # None: one per GPU, or 2 on the CPU
+    cpus_per_worker: float = 1.0
+    address: str | None = None  # None: start a private local Ray instance
+    storage_path: str | None = None  # None: a private temp dir
+    timeout_s: float = 300.0
+    master_port: int = DEFAULT_MASTER_PORT
+    master_port_from: str = "torch's default"
+    memory_fraction: float = 0.5
+    stages: tuple[str, ...] = DEFAULT_STAGES
+    keep: bool = False
+    relaunch: RelaunchPlan | None = None
+    # Set by the parent for the runner:
+    work_dir: str = ""  # private temp dir: events, the runner's log, default storage
+    ray_temp_dir: str | None = None  # Ray's own temp dir when smoke starts Ray
+    token: str = ""  # tags every process of this run (cleanup finds them by it)
+
+    @property
+    def worker_count(self) -> int:
+        if self.workers is not None:
+            return self.workers
+        return self.gpus if self.gpus else 2
+
+    @property
+    def gpus_per_worker(self) -> float:
+        return self.gpus / self.worker_count if self.gpus else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["stages"] = list(self.stages)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SmokeOptions:
+        data = dict(data)
+        data["stages"] = tuple(data["stages"])
+        if data.get("relaunch"):
+            data["relaunch"] = RelaunchPlan(**data["relaunch"])
+        return cls(**data)
+
+
 @dataclass
 class StageResult:
     name: str
@@ -98,6 +162,7 @@ class SmokeResult:
     relaunch: dict[str, Any] | None = None
     errors: list[tuple[str, str]] = field(default_factory=list)  # (where, why): could not run
     duration_s: float = 0.0
+    ended: str = "done"  # done, timeout, interrupted, crashed
 
     @property
     def findings(self) -> list[Finding]:

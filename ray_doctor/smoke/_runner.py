@@ -1,0 +1,127 @@
+"""The stage runner: the child process of `ray-doctor smoke` that imports Ray.
+
+`python -m ray_doctor.smoke._runner OPTIONS.json` connects to (or starts) Ray, runs the
+selected stages and writes one JSON line per event to `<work_dir>/events.jsonl` as it goes,
+so the parent can show progress, enforce `--timeout` and still report what finished when
+it has to stop the run. SIGINT or SIGTERM end the run through `ray.shutdown()`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ray_doctor.smoke._model import SmokeOptions, StageResult, StageStatus
+
+EVENTS = "events.jsonl"
+OPTIONS = "options.json"
+
+
+class Events:
+    """Append-only JSON lines; each is flushed at once (the parent tails the file)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    def emit(self, kind: str, **data: Any) -> None:
+        self._file.write(json.dumps({"type": kind, "at": time.time(), **data}, default=str) + "\n")
+
+    def stage(self, result: StageResult) -> None:
+        self.emit("stage", **result.to_json())
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def timed(events: Events, name: str, fn, *args):
+    """Run a stage function, announcing it first; a bug in it becomes an ERROR stage."""
+    from ray_doctor.smoke._probes import error_text
+
+    events.emit("start", stage=name)
+    started = time.monotonic()
+    try:
+        result = fn(*args)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        text = error_text(exc)
+        result = StageResult(
+            name,
+            StageStatus.ERROR,
+            message=f"ray-doctor could not run this stage: {text.splitlines()[-1]}",
+        )
+        result.details["traceback"] = text
+    if isinstance(result, StageResult) and not result.duration_s:
+        result.duration_s = time.monotonic() - started
+    return result
+
+
+def run(options: SmokeOptions, events: Events) -> None:
+    from ray_doctor.smoke import _stages
+
+    ctx = _stages.Context(options, deadline=time.monotonic() + options.timeout_s)
+    selected = set(options.stages)
+    cluster = timed(events, "cluster", _stages.connect, ctx)
+    events.stage(cluster)
+    if cluster.status != StageStatus.PASS:
+        return
+    events.emit(
+        "ray", version=cluster.details.get("ray_version"), address=cluster.details.get("address")
+    )
+    probes = None
+    if {"port", "environment"} & selected:
+        probes = _stages.start_node_probes(ctx)
+    _stages.check_storage(ctx)
+    if {"device", "checkpoint"} & selected:
+        results = timed(events, "device", _stages.tune_stages, ctx)
+        if isinstance(results, StageResult):  # one ERROR result for both
+            results = (results, StageResult("checkpoint", results.status, message=results.message))
+        for result in results:
+            if result.name in selected:
+                events.stage(result)
+    if probes is not None:
+        gathered = _stages.gather_probes(ctx, probes)
+        if "port" in selected:
+            events.stage(timed(events, "port", _stages.port_stage, ctx, gathered))
+        if "environment" in selected:
+            environment, facts = _stages.environment_stage(ctx, gathered)
+            events.emit("environment", environment=facts)
+            events.stage(environment)
+    if "collective" in selected:
+        events.stage(timed(events, "collective", _stages.collective_stage, ctx))
+    if "relaunch" in selected:
+        facts = timed(events, "relaunch", _stages.relaunch_run, ctx)
+        if isinstance(facts, StageResult):
+            events.stage(facts)
+        else:
+            events.emit("relaunch", facts=facts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    options = SmokeOptions.from_json(json.loads(Path(argv[0]).read_text()))
+    events = Events(Path(options.work_dir) / EVENTS)
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        run(options, events)
+        events.emit("done")
+        return 0
+    except KeyboardInterrupt:
+        events.emit("interrupted")
+        return 130
+    finally:
+        if "ray" in sys.modules:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
