@@ -328,12 +328,13 @@ def build_smoke_report(result, fail_on: str = "error") -> Report:
     nothing else failed; 1 when a finding is at or above `fail_on`; else 0.
     """
     findings = result.findings
-    evaluated = [s for s in result.stages if s.status.value != "error"]
-    if result.errors and not any(s.status.value in ("pass", "fail") for s in evaluated):
-        exit_code = ExitCode.COULD_NOT_RUN
+    cluster = result.stage("cluster")
+    started = cluster is not None and cluster.status.value == "pass"
+    if not started and (result.errors or cluster is None or cluster.status.value == "error"):
+        exit_code = ExitCode.COULD_NOT_RUN  # no cluster to test: nothing was evaluated
     elif fails(findings, fail_on):
         exit_code = ExitCode.FINDINGS
-    elif result.errors or len(evaluated) < len(result.stages):
+    elif result.errors or any(s.status.value == "error" for s in result.stages):
         exit_code = ExitCode.COULD_NOT_RUN
     else:
         exit_code = ExitCode.CLEAN

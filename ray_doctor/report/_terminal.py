@@ -95,7 +95,8 @@ class TerminalFormatter(Formatter):
             heading = "Could not run" if data.get("command") == "smoke" else "Could not read"
             yield Text(f"\n{heading}", style="bold")
             for error in errors[:20]:
-                yield Text(f"  {short_path(error['path'])}: {error['reason']}", style="yellow")
+                line = Text(f"{short_path(error['path'])}: {error['reason']}", style="yellow")
+                yield self._indent(line, 2)
             if len(errors) > 20:
                 yield Text(f"  … and {len(errors) - 20} more (see --format json)", style="dim")
         yield self._footer(data)

@@ -95,13 +95,14 @@ def run_smoke(
 
 
 def _ended_message(options: SmokeOptions, outcome: RunnerOutcome) -> str:
+    """How the run ended, as a verb phrase: 'This stage …' / 'the run …'."""
     if outcome.ended == "timeout":
         return f"did not finish within --timeout {options.timeout_s:g} s"
     if outcome.ended == "interrupted":
-        return "interrupted"
+        return "was interrupted"
     tail = outcome.log_tail(3).strip().splitlines()
-    return "the stage runner stopped" + (
-        f": {tail[-1]}" if tail else f" (exit {outcome.returncode})"
+    return "stopped when the stage runner exited" + (
+        f": {tail[-1]}" if tail else f" ({outcome.returncode})"
     )
 
 
@@ -134,7 +135,7 @@ def assemble(options: SmokeOptions, outcome: RunnerOutcome, logs: list[str]) -> 
     if cluster is not None and any(f.rule == "cluster-unreachable" for f in cluster.findings):
         result.errors.append((options.address or "local", cluster.message))
     if outcome.ended != "done":
-        result.errors.append(("smoke", _ended_message(options, outcome)))
+        result.errors.append(("smoke", f"the run {_ended_message(options, outcome)}"))
     if outcome.leftovers and outcome.ended == "done":
         result.errors.append(
             (

@@ -280,6 +280,13 @@ def verdict(
     ), report
 
 
+def _cause(now: Finding, trial: Trial) -> str:
+    """What the re-run died of, in the words of its own failure: `ValueError: …` (rule)."""
+    if trial.failures and trial.failures[-1].exc_type:
+        return f"{trial.failures[-1].summary} ({now.rule})"
+    return f"{now.message} ({now.rule})"
+
+
 def _compare(
     plan: RelaunchPlan,
     trial: Trial,
@@ -289,12 +296,10 @@ def _compare(
 ) -> Finding | None:
     original = plan.original
     peaks = _peaks_text(facts.get("peaks"))
-    where = f"at iteration {trial.iterations}" if trial.iterations else "before its first report"
-    before = (
-        f" (the original reached {plan.original_iterations})"
-        if plan.original_iterations is not None
-        else ""
-    )
+    reached, before = trial.iterations or 0, plan.original_iterations
+    when = f"after {reached} reported iteration{'s' if reached != 1 else ''}"
+    if before is not None:
+        when += ", as the original" if before == reached else f" (the original: {before})"
     evidence = list(now.evidence[:3]) if now else []
     related = [Related(f.rule, f.title, f.message) for f in findings if f is not now][:5]
     if original:
@@ -311,32 +316,28 @@ def _compare(
         return made
 
     if now is not None and original and _same_cause(original, now, trial):
-        message = (
-            f"Trial {plan.trial_id} fails again with its own config {where}{before}: {now.rule}: "
-            f"{now.message}{peaks}"
-        )
+        message = f"Trial {plan.trial_id} fails again with its own config, {when}: {_cause(now, trial)}.{peaks}"
         fix = f"The failure is deterministic for this config; retrying will not help. {original.get('fix') or now.fix}"
         return make("failure-reproduced", message, fix)
     if now is not None:
         was = f"{original['rule']} ({original['message']})" if original else "no error finding"
-        message = f"Trial {plan.trial_id} fails {where} with {now.rule}: {now.message} The original had {was}.{peaks}"
+        message = f"Trial {plan.trial_id} fails {when}, with {_cause(now, trial)}; the original had {was}.{peaks}"
         return make("failure-changed", message, f"Fix this failure first: {now.fix}")
     if facts.get("errored"):
         error = (facts.get("error") or "").strip().splitlines()
-        message = f"Trial {plan.trial_id} failed again {where}, with an error ray-doctor's rules do not name: {error[-1] if error else 'unknown'}.{peaks}"
+        message = (
+            f"Trial {plan.trial_id} fails again {when}, with an error ray-doctor's rules do not "
+            f"name: {error[-1] if error else 'unknown'}.{peaks}"
+        )
         return make("failure-changed", message, "Read the error text; it is reported as it stands.")
     if original is None:
         return None
-    short = (
-        trial.iterations is not None
-        and plan.original_iterations is not None
-        and trial.iterations <= plan.original_iterations
-    )
+    short = before is not None and reached <= before
     message = (
-        f"Trial {plan.trial_id} ran {trial.iterations} iterations with its own config without failing; "
-        f"the original failed with {original['rule']}{before}."
+        f"Trial {plan.trial_id} ran {reached} iterations with its own config without failing; "
+        f"the original failed with {original['rule']} after {before}."
         + (
-            " The re-run stopped before the iteration where the original failed: raise --iterations."
+            " The re-run stopped before the step where the original failed: raise --iterations."
             if short
             else " The failure looks transient or specific to the original's surroundings."
         )

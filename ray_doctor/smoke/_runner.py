@@ -18,6 +18,7 @@ from typing import Any
 from ray_doctor.smoke._model import SmokeOptions, StageResult, StageStatus
 
 EVENTS = "events.jsonl"
+CHILD_MARGIN_S = 3.0  # this interpreter's start-up, and the last events after the stages
 OPTIONS = "options.json"
 
 
@@ -64,7 +65,9 @@ def timed(events: Events, name: str, fn, *args):
 def run(options: SmokeOptions, events: Events) -> None:
     from ray_doctor.smoke import _stages
 
-    ctx = _stages.Context(options, deadline=time.monotonic() + options.timeout_s)
+    # The parent stops this process at --timeout; stages end a little earlier, so what they
+    # found is reported rather than cut off.
+    ctx = _stages.Context(options, deadline=time.monotonic() + options.timeout_s - CHILD_MARGIN_S)
     selected = set(options.stages)
     cluster = timed(events, "cluster", _stages.connect, ctx)
     events.stage(cluster)

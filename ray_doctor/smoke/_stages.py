@@ -183,14 +183,15 @@ def _insufficient(ctx: Context, stage: str, bundles: list[Bundle], busy: bool) -
     if busy:
         why = f"the cluster has them, but they stayed in use by other work for {RESOURCE_WAIT_S:.0f} s"
     elif lacking:
-        why = "; ".join(
-            f"{need:g} {name} needed, the cluster has {have:g}"
+        why = "the cluster has " + ", ".join(
+            f"{have:g} {name}{'s' if name in ('CPU', 'GPU') and have != 1 else ''}"
+            + (f" ({need:g} needed)" if len(bundles) > 1 else "")
             for name, (need, have) in lacking.items()
         )
     else:
-        why = "no node is big enough for one bundle (each must fit on a single node)"
+        why = "no single node is big enough for one of them (a worker cannot span nodes)"
     nodes = "; ".join(n.describe() for n in ctx.nodes)
-    message = f"The {stage} stage needs {request}, but {why} (nodes: {nodes})."
+    message = f"The {stage} stage needs {request}, but {why}; nodes: {nodes}."
     if "GPU" in lacking:
         fix = (
             "Run where the GPUs are: Ray counts a node's GPUs when it starts (check `nvidia-smi` "
@@ -515,7 +516,7 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
         ),
     )
     started = time.monotonic()
-    finished, results, error = bounded(tuner.fit, budget + GRACE_S)
+    finished, results, error = bounded(tuner.fit, budget)
     seconds = time.monotonic() - started
     values = _collected(collector)
     trial_error = None
@@ -526,16 +527,26 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
     run = {
         "seconds": seconds,
         "finished": finished,
+        # Tune stops a trial at its time budget without an error: that is not a stage failure.
+        "out_of_time": not finished or seconds >= budget - 1.0,
+        "budget": budget,
         "storage": ctx.storage,
         "trial_error": trial_error,
     }
     return _device_result(ctx, values, run), _checkpoint_result(ctx, values, run)
 
 
+def _out_of_time(stage: str, run: dict[str, Any]) -> StageResult:
+    message = (
+        f"The smoke trial did not finish the {stage} check in the {run['budget']:.0f} s left "
+        "(pending, or slow to start): raise --timeout."
+    )
+    return StageResult(stage, StageStatus.ERROR, duration_s=run["seconds"], message=message)
+
+
 def _trial_failed(stage: str, run: dict[str, Any], fallback: str) -> StageResult:
-    if not run["finished"]:
-        message = f"The smoke trial did not get to the {stage} check within {run['seconds']:.0f} s (still pending or stuck)."
-        return StageResult(stage, StageStatus.ERROR, duration_s=run["seconds"], message=message)
+    if run["out_of_time"] and not run["trial_error"]:
+        return _out_of_time(stage, run)
     text = run["trial_error"] or "the trial ended without reporting"
     rule_id, line = classify(text, TRIAL_ERRORS, fallback)
     evidence = [text_evidence("smoke trial", line or text)]
@@ -724,6 +735,10 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
         )
         findings.append(finding("storage-unreachable", message, fix, evidence))
         details["checked_on"] = "a private temp dir instead"
+        if saved and saved.get("ok") and restored and restored.get("ok"):
+            findings[
+                0
+            ].message += " The round trip itself passed on a private temp dir: the storage path is what fails."
     seconds = sum(
         (d or {}).get(k) or 0 for d, k in ((saved, "report_seconds"), (restored, "restore_seconds"))
     )
@@ -741,6 +756,8 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
     problem = None
     if saved and not saved.get("ok"):
         problem = f"saving or reporting the checkpoint raised {saved.get('error', '').splitlines()[-1] if saved.get('error') else '?'}"
+    elif restored is None and run["out_of_time"] and not run["trial_error"]:
+        return _out_of_time("checkpoint", run)
     elif restored is None:
         error = (run.get("trial_error") or "").strip().splitlines()
         problem = "Tune restarted the trial without handing it the checkpoint" + (
