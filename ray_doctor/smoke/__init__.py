@@ -29,6 +29,7 @@ from ray_doctor.smoke._model import (
 )
 from ray_doctor.smoke._process import RunnerOutcome, run_runner
 from ray_doctor.smoke._relaunch import RelaunchError, plan, verdict
+from ray_doctor.smoke._stages import token_available, token_mode_warning
 
 # Ray's unix sockets live under its temp dir and must stay under ~107 bytes: a short dir of
 # its own under /tmp (Ray's own default place), whatever TMPDIR says.
@@ -85,13 +86,35 @@ def run_smoke(
         options.ray_temp_dir = tempfile.mkdtemp(prefix="rdsmoke-", dir=RAY_TEMP_PARENT)
     try:
         outcome = run_runner(options, on_event)
+        token_mode = _needs_token_mode(options, outcome)
+        if token_mode:
+            options.timeout_s = max(1.0, options.timeout_s - (time.monotonic() - started))
+            outcome = run_runner(options, on_event, {"RAY_AUTH_MODE": "token"})
         result = assemble(options, outcome, logs or [])
+        if (
+            token_mode
+            and result.stage("cluster")
+            and result.stage("cluster").status == StageStatus.PASS
+        ):
+            result.stage("cluster").findings.insert(0, token_mode_warning(options.address or ""))
     finally:
         kept = _clean_up(options)
     if kept:
         result.environment.setdefault("kept", kept)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def _needs_token_mode(options: SmokeOptions, outcome: RunnerOutcome) -> bool:
+    """Ray 2.60 drivers send the cluster's auth token only with RAY_AUTH_MODE=token, even
+    when ~/.ray/auth_token holds it; a join refused for that is retried once in token mode
+    (in a fresh runner: Ray reads the mode when it starts)."""
+    if "RAY_AUTH_MODE" in os.environ or not token_available():
+        return False
+    cluster = next(
+        (e for e in outcome.events if e["type"] == "stage" and e["name"] == "cluster"), None
+    )
+    return bool(cluster and (cluster.get("details") or {}).get("auth") == "token-required")
 
 
 def _ended_message(options: SmokeOptions, outcome: RunnerOutcome) -> str:

@@ -51,6 +51,18 @@ def error_text(exc: BaseException) -> str:
     return "".join(lines[-6:]).strip()
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a chain: Ray wraps the telling one (an auth error) in a
+    generic ConnectionError."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ or exc.__context__
+        if inner is None or id(inner) in seen:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
 def _node_ip() -> str | None:
     try:
         import ray

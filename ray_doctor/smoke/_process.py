@@ -121,12 +121,14 @@ def _stop(child: subprocess.Popen) -> None:
 
 
 def run_runner(
-    options: SmokeOptions, on_event: Callable[[dict[str, Any]], None] | None = None
+    options: SmokeOptions,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> RunnerOutcome:
     work = Path(options.work_dir)
     (work / OPTIONS).write_text(json.dumps(options.to_json()))
     outcome = RunnerOutcome(log=work / LOG)
-    env = {**os.environ, TOKEN_ENV: options.token, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(extra_env or {}), TOKEN_ENV: options.token, "PYTHONUNBUFFERED": "1"}
     deadline = time.monotonic() + options.timeout_s
     tail = _Tail(work / EVENTS)
     with open(work / LOG, "wb") as log:

@@ -251,9 +251,7 @@ def connect(ctx: Context) -> StageResult:
     except Exception as exc:
         text = _probes.error_text(exc)
         if address:
-            return _unreachable(
-                address, f"ray.init failed: {text.splitlines()[-1]}", [text_evidence(address, text)]
-            )
+            return _join_failed(address, exc)
         message = f"Could not start a local Ray instance: {text.splitlines()[-1]}"
         return StageResult(
             "cluster",
@@ -291,6 +289,58 @@ def connect(ctx: Context) -> StageResult:
         + (f" Fits: {asked}." if asked else "")
     )
     return StageResult("cluster", StageStatus.PASS, message=message, details=details)
+
+
+def token_available() -> bool:
+    """A Ray auth token this driver could send (Ray's own places for it)."""
+    from pathlib import Path
+
+    return bool(
+        os.environ.get("RAY_AUTH_TOKEN")
+        or os.environ.get("RAY_AUTH_TOKEN_PATH")
+        or (Path.home() / ".ray" / "auth_token").exists()
+    )
+
+
+def _join_failed(address: str, exc: BaseException) -> StageResult:
+    cause = _probes.root_cause(exc)
+    text = f"{type(cause).__name__}: {cause}"
+    if "InvalidAuthToken" in text or "AuthenticationError" in text:
+        mode = os.environ.get("RAY_AUTH_MODE", "unset")
+        result = _unreachable(
+            address,
+            "the cluster requires token authentication and this driver sent no valid token "
+            f"(RAY_AUTH_MODE is {mode}; a token {'is' if token_available() else 'is not'} "
+            "available here)",
+            [
+                Evidence(
+                    address, None, "InvalidAuthToken: Authentication token is missing or incorrect"
+                )
+            ],
+        )
+        result.details["auth"] = "token-required"
+        return result
+    first = text.strip().splitlines()[0]
+    return _unreachable(address, f"ray.init failed: {first}", [Evidence(address, None, first)])
+
+
+def token_mode_warning(address: str):
+    """Smoke joined only with RAY_AUTH_MODE=token: the user's drivers need it too."""
+    from ray_doctor.findings import Severity
+
+    message = (
+        f"The cluster at {address} requires token authentication, and a driver started like "
+        "this one sends no token: smoke joined only with RAY_AUTH_MODE=token. Your own "
+        "drivers fail to connect the same way until they set it."
+    )
+    fix = (
+        "Set RAY_AUTH_MODE=token where drivers run (the token comes from RAY_AUTH_TOKEN, "
+        "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, and must match the cluster's)."
+    )
+    evidence = [
+        Evidence(address, None, "InvalidAuthToken without RAY_AUTH_MODE=token; joined with it")
+    ]
+    return finding("cluster-unreachable", message, fix, evidence, severity=Severity.WARNING)
 
 
 def _with(result: StageResult, details: dict[str, Any]) -> StageResult:
