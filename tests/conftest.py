@@ -95,3 +95,15 @@ def healthy_pt(tmp_path: Path) -> Path:
     path.parent.mkdir()
     torch.save(trained_state(), path)
     return path
+
+
+# Real `ray-doctor smoke` runs, made once per session (tests/smoke_runs.py).
+from smoke_runs import (  # noqa: E402, F401
+    relaunch_changed,
+    relaunch_reproduced,
+    relaunch_too_short,
+    smoke_cpu,
+    smoke_no_gpu,
+    smoke_port_and_storage,
+    smoke_unreachable,
+)

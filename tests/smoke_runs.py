@@ -1,0 +1,179 @@
+"""Real `ray-doctor smoke` runs, each made once per test session and shared.
+
+A smoke run starts a real Ray instance (seconds to a minute on two cores), so the scenarios
+the smoke tests and the smoke rules' tests assert on are session fixtures, imported into
+conftest. Each run goes through the real console entry point in a subprocess, with TMPDIR
+pointed at a fresh dir so the test can prove smoke removed its temp files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GENERATOR = REPO / "fixtures" / "generate.py"
+SMOKE_TIMEOUT_S = 240  # a hang guard for the subprocess, far above what a run takes
+
+
+@dataclass
+class SmokeRun:
+    returncode: int
+    report: dict
+    stdout: str
+    stderr: str
+    seconds: float
+    tmpdir: Path
+
+    def stage(self, name: str) -> dict:
+        (stage,) = [s for s in self.report["stages"] if s["name"] == name]
+        return stage
+
+    def findings(self, rule: str) -> list[dict]:
+        return [f for f in self.report["findings"] if f["rule"] == rule]
+
+
+def smoke_env(tmpdir: Path, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", "TMPDIR": str(tmpdir), **extra}
+    for name in ("RAY_DOCTOR_DEBUG", "RAY_ADDRESS", "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
+def run_smoke(
+    tmpdir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = SMOKE_TIMEOUT_S
+) -> SmokeRun:
+    """`ray-doctor smoke --format json ARGS` in a subprocess; the report is validated."""
+    from conftest import validate
+
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_doctor", "smoke", "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        env=env or smoke_env(tmpdir),
+        timeout=timeout,
+        cwd=tmpdir,
+    )
+    seconds = time.monotonic() - started
+    assert "Traceback" not in proc.stderr, proc.stderr
+    report = validate(json.loads(proc.stdout))
+    return SmokeRun(proc.returncode, report, proc.stdout, proc.stderr, seconds, tmpdir)
+
+
+def processes_naming(fragment: str) -> list[str]:
+    """Live processes whose command line contains `fragment`."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmdline = " ".join(process.info["cmdline"] or [])
+        except psutil.Error:
+            continue
+        if fragment in cmdline and process.pid != os.getpid():
+            found.append(f"{process.pid} {cmdline[:120]}")
+    return found
+
+
+def assert_nothing_left(run: SmokeRun) -> None:
+    """No Ray process of the run alive, its temp dirs gone, no stage runner left."""
+    cluster = run.stage("cluster")
+    ray_temp_dir = cluster["details"].get("ray_temp_dir")
+    if ray_temp_dir:
+        assert not processes_naming(ray_temp_dir)
+        assert not Path(ray_temp_dir).exists()
+    assert not processes_naming("ray_doctor.smoke._runner")
+    assert not list(run.tmpdir.glob("ray-doctor-smoke-*")), "smoke left its work dir behind"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def relaunch_args(fixtures: Path, trainable: str, *extra: str) -> list[str]:
+    experiment = fixtures / "tune_trial_error" / "ray_results" / "tune_trial_error"
+    return [
+        "--from",
+        str(experiment),
+        "--trial",
+        "b0523_00002",
+        "--entrypoint",
+        f"{GENERATOR}:{trainable}",
+        *extra,
+    ]
+
+
+# ------------------------------------------------------------------------ session runs
+
+
+@pytest.fixture(scope="session")
+def smoke_cpu(tmp_path_factory) -> SmokeRun:
+    """The default smoke, CPU mode: every stage, as CI runs it."""
+    return run_smoke(tmp_path_factory.mktemp("smoke_cpu"))
+
+
+@pytest.fixture(scope="session")
+def smoke_no_gpu(tmp_path_factory) -> SmokeRun:
+    """`--gpus 1` on a machine without GPUs; it must fail fast, so the guard is 30 s."""
+    return run_smoke(tmp_path_factory.mktemp("smoke_no_gpu"), "--gpus", "1", timeout=30)
+
+
+@pytest.fixture(scope="session")
+def smoke_unreachable(tmp_path_factory) -> SmokeRun:
+    return run_smoke(
+        tmp_path_factory.mktemp("smoke_unreachable"), "--address", f"127.0.0.1:{free_port()}"
+    )
+
+
+@pytest.fixture(scope="session")
+def smoke_port_and_storage(tmp_path_factory) -> tuple[SmokeRun, int]:
+    """A port held by this test process, and a storage path no one can write to."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        run = run_smoke(
+            tmp_path_factory.mktemp("smoke_port"),
+            "--stage", "port",
+            "--stage", "checkpoint",
+            "--master-port", str(port),
+            "--storage-path", "/proc/ray-doctor-smoke-unwritable/results",
+        )  # fmt: skip
+    return run, port
+
+
+@pytest.fixture(scope="session")
+def relaunch_reproduced(fixtures, tmp_path_factory) -> SmokeRun:
+    """tune_trial_error's failed trial, re-run with the fixture's own trainable."""
+    return run_smoke(
+        tmp_path_factory.mktemp("relaunch"), *relaunch_args(fixtures, "tune_trial_error_trainable")
+    )
+
+
+@pytest.fixture(scope="session")
+def relaunch_too_short(fixtures, tmp_path_factory) -> SmokeRun:
+    """The same, stopped after 2 iterations: before the step where the original failed."""
+    return run_smoke(
+        tmp_path_factory.mktemp("relaunch_short"),
+        *relaunch_args(fixtures, "tune_trial_error_trainable", "--iterations", "2"),
+    )
+
+
+@pytest.fixture(scope="session")
+def relaunch_changed(fixtures, tmp_path_factory) -> SmokeRun:
+    """The failed trial's config with a trainable that now fails on a missing module."""
+    return run_smoke(
+        tmp_path_factory.mktemp("relaunch_changed"),
+        *relaunch_args(fixtures, "tune_missing_module_trainable"),
+    )
