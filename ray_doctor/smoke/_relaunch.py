@@ -74,7 +74,8 @@ def _bundles(
     if experiment.state_file is None:
         return DEFAULT_BUNDLES, "PACK", "default (no experiment state)"
     try:
-        _, elements = read_state_elements(storage, experiment.state_file)
+        state_path = storage.join(experiment.path, experiment.state_file)
+        _, elements = read_state_elements(storage, state_path)
         for element in elements:
             state = trial_json(element)
             if state.get("trial_id") != trial.trial_id:

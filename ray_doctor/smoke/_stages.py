@@ -32,7 +32,9 @@ COLLECTIVE_TIMEOUT_S = 60  # the process group's own timeout (TorchConfig.timeou
 ALLREDUCE_ELEMENTS = 1 << 20  # 4 MiB of float32
 ALLREDUCE_REPEATS = 5
 GRACE_S = 5.0  # kept back from the deadline to report and shut down
+# Rules whose signature tables classify an error text, in order: first match names the cause.
 TRIAL_ERRORS = ("missing-module", "oom-cuda", "oom-ray-memory-monitor", "device-mismatch")
+TRAIN_ERRORS_TABLES = ("collective-timeout", "nccl-error", "port-conflict", "missing-module")
 
 
 @dataclass
@@ -891,6 +893,17 @@ def collective_stage(ctx: Context) -> StageResult:
     seconds = time.monotonic() - started
     values = _collected(collector)
     ranks = sorted((v for k, v in values.items() if k.startswith("rank:")), key=lambda r: r["rank"])
+    return analyse_ranks(ctx, ranks, error, finished, seconds)
+
+
+def analyse_ranks(
+    ctx: Context,
+    ranks: list[dict[str, Any]],
+    error: BaseException | None,
+    finished: bool,
+    seconds: float,
+) -> StageResult:
+    """The collective stage's verdict from what every rank pushed and how the run ended."""
     world = ctx.options.worker_count
     backend = "nccl" if ctx.options.gpus else "gloo"
     details = {
@@ -947,11 +960,7 @@ def _collective_failure(ctx, error, finished, ranks, done, seconds, details) -> 
     missing = sorted(set(range(world)) - {r["rank"] for r in done})
     if error is not None:
         text = _probes.error_text(error)
-        rule_id, line = classify(
-            text,
-            ("collective-timeout", "nccl-error", "port-conflict", "missing-module"),
-            "collective-failed",
-        )
+        rule_id, line = classify(text, TRAIN_ERRORS_TABLES, "collective-failed")
         message = f"The Train run failed before every rank finished the allreduce (ranks {missing} did not): {line}"
         evidence = [text_evidence("TorchTrainer.fit()", line or text)]
     else:

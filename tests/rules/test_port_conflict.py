@@ -17,3 +17,19 @@ def test_near_miss_port_in_a_normal_line():
     text = "INFO: Started a local Ray instance. View the dashboard at 127.0.0.1:8265\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "port-conflict")
+
+
+def test_smoke_finds_the_port_held_and_who_holds_it(smoke_port_and_storage):
+    """`smoke --stage port --master-port P` with P held by this test process."""
+    import os
+
+    run, port = smoke_port_and_storage
+    (finding,) = run.findings("port-conflict")
+    assert f"Port {port} (--master-port) cannot be bound" in finding["message"]
+    assert f"held by pid {os.getpid()}" in finding["message"]
+    assert any("Address already in use" in e["excerpt"] for e in finding["evidence"])
+    assert run.stage("port")["status"] == "fail"
+
+
+def test_smoke_near_miss_a_free_port(smoke_cpu):
+    assert not smoke_cpu.findings("port-conflict")

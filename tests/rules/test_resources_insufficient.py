@@ -38,3 +38,13 @@ def test_near_miss_trials_queued_for_busy_cpus(fixtures):
         str(experiment_dir(fixtures, "tune_driver_killed")), "--logs", str(base / "driver.log")
     )
     assert not findings_of(report, "resources-insufficient")
+
+
+def test_smoke_gpu_request_on_a_cpu_only_cluster(smoke_no_gpu):
+    (finding,) = smoke_no_gpu.findings("resources-insufficient")
+    assert finding["evidence"][0]["path"].startswith("node ")
+    assert "0 GPUs" in finding["evidence"][0]["excerpt"]
+
+
+def test_smoke_near_miss_a_request_that_fits(smoke_cpu):
+    assert not smoke_cpu.findings("resources-insufficient")

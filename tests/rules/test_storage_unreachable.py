@@ -33,3 +33,17 @@ def test_multi_node_run_on_a_local_path(fixtures, tmp_path):
 def test_near_miss_single_node_local_storage(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
     assert not findings_of(report, "storage-unreachable")
+
+
+def test_smoke_names_a_storage_path_it_cannot_write(smoke_port_and_storage):
+    run, _ = smoke_port_and_storage
+    assert run.returncode == 1
+    (finding,) = run.findings("storage-unreachable")
+    assert "/proc/ray-doctor-smoke-unwritable/results cannot be written" in finding["message"]
+    # The round trip itself still ran, on a private dir, which pins the blame on the path.
+    assert "the storage path is what fails" in finding["message"]
+    assert run.stage("checkpoint")["status"] == "fail"
+
+
+def test_smoke_near_miss_a_writable_storage(smoke_cpu):
+    assert not smoke_cpu.findings("storage-unreachable")

@@ -1,0 +1,109 @@
+"""Smoke's pieces that need no Ray: argument checks, placement, planning a re-run safely."""
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import experiment_dir, run_cli, validate
+
+from ray_doctor.smoke import SmokeFailure, SmokeOptions, plan_relaunch
+from ray_doctor.smoke._resources import NodeResources, place
+
+
+def _node(name: str, **resources: float) -> NodeResources:
+    return NodeResources(name, f"10.0.0.{len(name)}", name, resources)
+
+
+def test_placement_packs_workers_across_nodes():
+    nodes = [_node("a", CPU=8, GPU=4), _node("bb", CPU=8, GPU=4)]
+    assert place([{"CPU": 1, "GPU": 1}] * 8, nodes) == []
+    assert place([{"CPU": 1, "GPU": 1}] * 9, nodes) == [{"CPU": 1, "GPU": 1}]
+    # Enough CPUs in all, but no single node has 12: a worker cannot span nodes.
+    assert place([{"CPU": 12}], [_node("a", CPU=8), _node("bb", CPU=8)]) == [{"CPU": 12}]
+
+
+def test_gpu_workers_need_whole_gpus_and_say_why():
+    proc = run_cli("smoke", "--gpus", "1", "--workers", "2")
+    assert proc.returncode == 2
+    assert "NCCL refuses two ranks on one GPU" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stage", "warp-drive"], "unknown stage 'warp-drive'"),
+        (["--trial", "x"], "--from, --trial and --entrypoint go together"),
+        (["--memory-fraction", "1.5"], "--memory-fraction must be in (0, 1]"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    proc = run_cli("smoke", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+def test_bad_arguments_still_give_a_json_report():
+    proc = run_cli("smoke", "--stage", "warp-drive", "--format", "json")
+    report = validate(json.loads(proc.stdout))
+    assert report["command"] == "smoke" and report["summary"]["exit_code"] == 2
+    assert "unknown stage" in report["errors"][0]["reason"]
+
+
+def test_relaunch_plan_reads_config_and_resources_of_the_trial(fixtures):
+    experiment = experiment_dir(fixtures, "tune_trial_error")
+    plan = plan_relaunch(str(experiment), "b0523_00002", "train.py:main", None, [])
+    assert plan.config == {"lr": 0.1}  # params.json
+    assert plan.resources == [{"CPU": 1.0}]
+    assert "read without unpickling" in plan.resources_from
+    assert plan.original["rule"] == "trial-error" and plan.original["exc_type"] == "ValueError"
+    assert plan.original_iterations == 2 and plan.iterations == 3  # up to where it failed
+
+
+def test_relaunch_plan_never_unpickles_the_placement_group(fixtures, tmp_path):
+    """A state whose pickled placement group would run code: it is read, never run."""
+    source = experiment_dir(fixtures, "tune_trial_error")
+    experiment = tmp_path / "tune_trial_error"
+    shutil.copytree(source, experiment)
+    canary = tmp_path / "canary"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (canary,))
+
+    (state_path,) = experiment.glob("experiment_state-*.json")
+    state = json.loads(state_path.read_text())
+    for pair in state["trial_data"]:
+        trial = json.loads(pair[0])
+        trial["placement_group_factory"] = pickle.dumps(Payload()).hex()
+        pair[0] = json.dumps(trial)
+    state_path.write_text(json.dumps(state))
+    plan = plan_relaunch(str(experiment), "b0523_00002", "train.py:main", None, [])
+    assert not canary.exists()
+    assert plan.resources == [{"CPU": 1.0}] and plan.resources_from.startswith("default")
+
+
+@pytest.mark.parametrize(
+    ("scenario", "trial", "message"),
+    [
+        ("tune_trial_error", "nope_00009", "no trial 'nope_00009'"),
+        ("train_v2_rank_failure", None, "--from re-runs Tune trials"),
+    ],
+)
+def test_relaunch_plan_refuses_what_it_cannot_rerun(fixtures, scenario, trial, message):
+    experiment = experiment_dir(fixtures, scenario)
+    if trial is None:
+        from ray_doctor.scan import scan
+
+        trial = scan(str(experiment)).experiments[0].trials[0].trial_id
+    with pytest.raises(SmokeFailure, match=message):
+        plan_relaunch(str(experiment), trial, "train.py:main", None, [])
+
+
+def test_options_round_trip_through_the_runner_file():
+    options = SmokeOptions(gpus=2, workers=2, stages=("cluster", "collective"))
+    assert SmokeOptions.from_json(json.loads(json.dumps(options.to_json()))) == options
+    assert options.gpus_per_worker == 1.0
