@@ -315,11 +315,11 @@ def _smoke_suite(data: dict[str, Any]) -> Suite:
         case = Case(stage["name"], "ray-doctor.smoke", time=stage.get("duration_s") or 0.0)
         status = stage["status"]
         own = _stage_findings(data, stage)
-        details = "\n".join(
-            [stage["title"], stage["message"]]
-            + [f"  {location(e)}  {e.get('excerpt') or ''}".rstrip() for e in stage["evidence"]]
-            + [_finding_text(f, None) for f in own]
-        )
+        # A stage's findings carry its evidence; a stage without findings shows its own.
+        lines = [_finding_text(f, None) for f in own] or [
+            f"  {location(e)}  {e.get('excerpt') or ''}".rstrip() for e in stage["evidence"]
+        ]
+        details = "\n".join([stage["title"], stage["message"], *lines])
         if status == "fail":
             case.failure = (
                 stage["message"] or stage["title"],

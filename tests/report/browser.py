@@ -5,6 +5,7 @@ read the console and every network request, query the DOM and take a screenshot.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
@@ -70,8 +71,8 @@ class Chromium:
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=open(os.environ.get("CHROMIUM_LOG", os.devnull), "w"),
-            preexec_fn=wire_fds,  # noqa: PLW1509 - only dup2 before exec
+            stderr=subprocess.DEVNULL,
+            preexec_fn=wire_fds,
             close_fds=False,
         )
         os.close(to_browser_r)
@@ -81,10 +82,8 @@ class Chromium:
         self.events: list[dict[str, Any]] = []
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # it may be gone already
             self.send("Browser.close", timeout=5)
-        except Exception:
-            pass
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
