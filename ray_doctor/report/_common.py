@@ -10,6 +10,8 @@ from typing import Any
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
 SEVERITY_MARK = {"error": "✖", "warning": "▲", "info": "●"}
 STAGE_MARK = {"pass": "✔", "fail": "✖", "error": "⚠", "skip": "○"}
+# Problem trials first, so a capped table still shows them.
+STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
 # Overrides the documentation base that helpUri and report links use.
 DOCS_URL_ENV = "RAY_DOCTOR_DOCS_URL"
 
@@ -76,6 +78,12 @@ def where(finding: dict[str, Any]) -> str:
 def by_severity(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Most severe first; the builders' own order within a severity."""
     return sorted(findings, key=lambda f: -SEVERITY_RANK.get(f["severity"], 0))
+
+
+def checkpoint_status(checkpoint: dict[str, Any]) -> str:
+    if checkpoint["problems"]:
+        return "problems"
+    return "ok, latest restorable" if checkpoint.get("latest_restorable") else "ok"
 
 
 def plural(count: int, word: str) -> str:

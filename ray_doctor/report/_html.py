@@ -14,7 +14,9 @@ from typing import Any
 from ray_doctor.report._common import (
     SEVERITY_MARK,
     STAGE_MARK,
+    STATUS_ORDER,
     by_severity,
+    checkpoint_status,
     counts_line,
     docs_link,
     evidence_base,
@@ -31,7 +33,6 @@ from ray_doctor.report._report import Report
 MAX_FINDINGS = 500
 MAX_TRIAL_ROWS = 500
 MAX_ERRORS = 200
-STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
 # No network: inline scripts and styles, data: images (plotly's own icons), nothing else.
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -271,9 +272,7 @@ def _checkpoints(data: dict[str, Any]) -> Iterator[str]:
     yield f"<section id='checkpoints'>\n<h2>Checkpoints <small>({len(checkpoints):,})</small></h2>\n"
     yield "<table>\n<tr><th>checkpoint</th><th>trial</th><th>files</th><th>tensors</th><th>status</th></tr>\n"
     for checkpoint in checkpoints[:MAX_TRIAL_ROWS]:
-        status = "problems" if checkpoint["problems"] else "ok"
-        if not checkpoint["problems"] and checkpoint.get("latest_restorable"):
-            status = "ok, latest restorable"
+        status = checkpoint_status(checkpoint)
         formats = ", ".join(sorted({f["format"] for f in checkpoint["files"]}))
         yield (
             f"<tr><td>{esc(short_path(checkpoint['path'], base))}</td>"

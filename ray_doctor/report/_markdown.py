@@ -17,7 +17,9 @@ from typing import Any
 from ray_doctor.report._common import (
     SEVERITY_MARK,
     STAGE_MARK,
+    STATUS_ORDER,
     by_severity,
+    checkpoint_status,
     counts_line,
     docs_link,
     evidence_base,
@@ -35,7 +37,6 @@ STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's cap for one step's summary
 MAX_TABLE_FINDINGS = 50
 MAX_DETAILED = 50
 MAX_ROWS = 50
-STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
 
 
 def text(value: Any) -> str:
@@ -196,9 +197,7 @@ def _checkpoint_table(data: dict[str, Any]) -> str:
     rows = ["| checkpoint | trial | tensors | status |", "|---|---|---:|---|"]
     checkpoints = data["checkpoints"]
     for checkpoint in checkpoints[:MAX_ROWS]:
-        status = "problems" if checkpoint["problems"] else "ok"
-        if not checkpoint["problems"] and checkpoint.get("latest_restorable"):
-            status = "ok, latest restorable"
+        status = checkpoint_status(checkpoint)
         rows.append(
             f"| {text(short_path(checkpoint['path'], base))} | {text(checkpoint.get('trial_id') or '')} "
             f"| {checkpoint['tensors']} | {status} |"

@@ -74,7 +74,7 @@ def test_hostile_finding_text_stays_one_command(fixtures):
     finding["message"] = HOSTILE
     finding["title"] = "a,b:c"
     output = GithubFormatter(workspace=str(fixtures)).render(report)
-    kind, props, message = parse(output.splitlines()[0])
+    _, props, message = parse(output.splitlines()[0])
     assert message.startswith(HOSTILE) and props["title"].startswith("trial-error: a,b:c")
 
 
@@ -92,7 +92,7 @@ def test_at_most_ten_annotations_a_kind(fixtures):
     lines = GithubFormatter().render(report).splitlines()
     errors = [line for line in lines if line.startswith("::error ")]
     assert len(errors) == 10
-    kind, _, message = parse(next(line for line in lines if line.startswith("::notice")))
+    _, _, message = parse(next(line for line in lines if line.startswith("::notice")))
     assert message.startswith("15 more findings are not annotated here")
 
 
