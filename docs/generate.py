@@ -3,6 +3,8 @@
 - docs/rules/<id>.md and docs/rules/README.md: from each rule's metadata and docstring, with
   an Example section made by running the rule on its bundled fixture;
 - docs/report.schema.json: the schema `ray-doctor schema` prints;
+- docs/formats.md: one real example of each --format (and, when writing with Chromium at
+  hand, docs/formats-html.png, a screenshot of the HTML report: not checked, fonts differ);
 - the example output block in README.md: what `make run` prints.
 
 `python docs/generate.py` writes them; `--check` exits 1 listing what is stale (a test runs it).
@@ -16,6 +18,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import formats_page  # docs/ is on sys.path when this runs as a script
 
 REPO = Path(__file__).resolve().parents[1]
 README_BLOCK = re.compile(r"(<!-- make-run-output -->\n```text\n)(.*?)(```\n)", flags=re.DOTALL)
@@ -50,6 +54,7 @@ def pages() -> dict[Path, str]:
 
     out = generate(REPO / "docs" / "rules")
     out[REPO / "docs" / "report.schema.json"] = schema_text()
+    out[REPO / "docs" / "formats.md"] = formats_page.page()
     readme = REPO / "README.md"
     if readme.exists():
         text = readme.read_text()
@@ -74,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text, encoding="utf-8")
     for path in stale:
         print(f"{'stale' if args.check else 'wrote'}: {path.relative_to(REPO)}", file=sys.stderr)
+    if not args.check and not formats_page.screenshot():
+        print("skipped docs/formats-html.png: needs Chromium and Pillow", file=sys.stderr)
     return 1 if (args.check and stale) else 0
 
 
