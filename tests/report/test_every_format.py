@@ -73,3 +73,25 @@ def test_could_not_run_still_reports(tmp_path, output_format):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "no such file or directory" in proc.stderr
     looks_like(output_format, proc.stdout, "inspect")
+
+
+def test_plotly_is_imported_only_for_html(fixtures):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ray_doctor._cli import app\n"
+        "for fmt in ('json', 'sarif', 'junit', 'github', 'markdown', 'terminal'):\n"
+        "    sys.argv = ['ray-doctor', 'inspect', sys.argv[1], '-q', '-f', fmt]\n"
+        "    try:\n"
+        "        app()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith(('plotly', 'ray_doctor.report._html'))), file=sys.stderr)\n"
+    )
+    target = str(fixtures / "tune_trial_error")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, target], capture_output=True, text=True, timeout=120
+    )
+    assert "LOADED []" in proc.stderr, proc.stderr[-2000:]
