@@ -122,13 +122,9 @@ def subject_line(data: dict[str, Any]) -> str:
     return f"{text} [{target['layout']}]" if target.get("layout") else text
 
 
-@lru_cache(maxsize=1)
-def docs_base_url() -> str | None:
-    """Where the docs/ folder is published: $RAY_DOCTOR_DOCS_URL, else the `Documentation`
-    URL of the installed package's metadata (pyproject [project.urls])."""
-    override = os.environ.get(DOCS_URL_ENV)
-    if override:
-        return override.rstrip("/")
+@lru_cache(maxsize=4)
+def project_url(label: str) -> str | None:
+    """A URL of the installed package's metadata (pyproject [project.urls]) by its label."""
     from importlib.metadata import PackageNotFoundError, metadata
 
     try:
@@ -136,10 +132,18 @@ def docs_base_url() -> str | None:
     except PackageNotFoundError:
         return None
     for entry in entries:
-        label, _, url = entry.partition(",")
-        if label.strip().lower() == "documentation" and url.strip():
+        name, _, url = entry.partition(",")
+        if name.strip().lower() == label.lower() and url.strip():
             return url.strip().rstrip("/")
     return None
+
+
+@lru_cache(maxsize=1)
+def docs_base_url() -> str | None:
+    """Where the docs/ folder is published: $RAY_DOCTOR_DOCS_URL, else the `Documentation`
+    URL in the package metadata."""
+    override = os.environ.get(DOCS_URL_ENV)
+    return override.rstrip("/") if override else project_url("Documentation")
 
 
 def docs_link(relative: str) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 
 from ray_doctor.findings import Finding
 from ray_doctor.model import Experiment, ScanResult, Trial, TrialStatus
-from ray_doctor.report._report import AUTO_FILLED, main_metric
+from ray_doctor.report._report import main_metric
+from ray_doctor.rules.config_correlated_failures import _flatten
 
 MAX_EXPERIMENTS = 5  # experiments plotted (those with findings first)
 MAX_METRIC_TRIALS = 25
@@ -381,16 +382,6 @@ def _config_key(finding: Finding, experiment: Experiment) -> str | None:
     return subject[len(prefix) :] if subject.startswith(prefix) else None
 
 
-def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}/"))
-        elif isinstance(value, (int, float, str, bool)) or value is None:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def _config_figures(experiment: Experiment, findings: list[Finding], prefix: str) -> list[Figure]:
     out = []
     for number, finding in enumerate(f for f in findings if f.rule == "config-correlated-failures"):
@@ -400,7 +391,8 @@ def _config_figures(experiment: Experiment, findings: list[Finding], prefix: str
         trials = [
             t for t in experiment.trials if t.status in (TrialStatus.ERROR, TrialStatus.TERMINATED)
         ]
-        configs = {t.trial_id: _flat(t.config) for t in trials}
+        # The rule's own flattening, so its key names the same column here.
+        configs = {t.trial_id: _flatten(t.config) for t in trials}
         other = _second_axis(configs, key)
         metric = _metric_name(experiment)
         chosen = sorted(trials, key=lambda t: t.status != TrialStatus.ERROR)[:MAX_SCATTER_POINTS]
@@ -469,7 +461,7 @@ def _second_axis(configs: dict[str, dict[str, Any]], key: str) -> str | None:
     counts = Counter()
     for config in configs.values():
         for name, value in config.items():
-            if name != key and name not in AUTO_FILLED:
+            if name != key:
                 counts[(name, repr(value))] += 1
     distinct = Counter(name for name, _ in counts)
     varying = [name for name, n in distinct.most_common() if n >= 2]

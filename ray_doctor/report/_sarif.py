@@ -25,10 +25,10 @@ from ray_doctor.report._common import (
     SEVERITY_RANK,
     anchor,
     below,
-    docs_base_url,
     docs_link,
     local_path,
     plural,
+    project_url,
 )
 from ray_doctor.report._interface import FormatOptions, Formatter
 from ray_doctor.report._report import Report
@@ -254,9 +254,9 @@ def _driver(rules: list[dict[str, Any]]) -> dict[str, Any]:
         "semanticVersion": __version__,
         "rules": rules,
     }
-    base = docs_base_url()
-    if base:
-        driver["informationUri"] = base.removesuffix("/docs").removesuffix("/blob/main")
+    home = project_url("Repository")
+    if home:
+        driver["informationUri"] = home
     return driver
 
 
