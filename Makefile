@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The fixture `make run` diagnoses: a Tune sweep whose trial raised, with its driver output.
 DEMO := fixtures/tune_trial_error
 
-.PHONY: run test lint format fixtures fixtures-legacy docs bench clean
+.PHONY: run test lint format fixtures fixtures-legacy docs docs-smoke bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,7 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis bench/out
+
+# Re-record the smoke rules' doc examples with real Ray runs (minutes), then regenerate docs.
+docs-smoke: $(VENV)/.installed-test
+	$(BIN)/python docs/generate.py --smoke

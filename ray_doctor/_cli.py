@@ -10,11 +10,12 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
 
 from ray_doctor import __version__
+from ray_doctor.report._registry import FORMATS
 
 app = typer.Typer(
     name="ray-doctor",
@@ -26,9 +27,9 @@ app = typer.Typer(
 )
 
 
-class OutputFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
+# One member per registered formatter (ray_doctor/report/_registry.py), so every command that
+# takes --format offers every format.
+OutputFormat = Enum("OutputFormat", {name: name for name in FORMATS}, type=str)
 
 
 class FailOn(str, Enum):
@@ -97,6 +98,56 @@ class _ProgressBar:
             self._progress.stop()
 
 
+def _formatter(output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int):
+    """The formatter for --format, or exit 2 with one line when it cannot be used as asked.
+
+    Every command calls this before it does its work, so bad output options fail fast.
+    """
+    from ray_doctor.report import FormatOptions, formatter_class
+    from ray_doctor.report._interface import FormatUnavailable
+
+    cls = formatter_class(output_format.value)
+    to_terminal = output is None and sys.stdout.isatty()
+    if cls.wants_file and to_terminal:
+        _refuse(
+            f"--format {output_format.value} writes a file for a browser, not for a terminal: "
+            f"add --output report.{output_format.value} (or redirect stdout to a file)"
+        )
+    if output is not None:
+        _check_writable(output)
+    width = 100
+    if to_terminal:
+        width = os.get_terminal_size(sys.stdout.fileno()).columns
+    options = FormatOptions(
+        color=_use_color(color, sys.stdout if output is None else None),
+        width=width,
+        max_rows=max_rows,
+        indent=to_terminal,
+        workspace=os.environ.get("GITHUB_WORKSPACE") or os.getcwd(),
+        step_summary=os.environ.get("GITHUB_STEP_SUMMARY") or None,
+    )
+    try:
+        return cls.from_options(options)
+    except FormatUnavailable as exc:
+        _refuse(str(exc))
+
+
+def _refuse(message: str) -> NoReturn:
+    typer.echo(f"ray-doctor: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _check_writable(output: Path) -> None:
+    """Catch a --output that cannot be written before the work, not after it."""
+    if output.is_dir():
+        _refuse(f"cannot write {output}: it is a directory")
+    parent = output.parent if str(output.parent) else Path(".")
+    if not parent.is_dir():
+        _refuse(f"cannot write {output}: no such directory {parent}")
+    if not os.access(output if output.exists() else parent, os.W_OK):
+        _refuse(f"cannot write {output}: permission denied")
+
+
 def _emit(formatter, report, output: Path | None) -> None:
     """Write a report to stdout or to `output`; a file that cannot be written is exit 2."""
     if output is None:
@@ -107,8 +158,28 @@ def _emit(formatter, report, output: Path | None) -> None:
         with open(output, "w", encoding="utf-8") as stream:
             formatter.write(report, stream)
     except OSError as exc:
-        typer.echo(f"ray-doctor: cannot write {output}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
+        _refuse(f"cannot write {output}: {exc.strerror or exc}")
+
+
+def _finish(formatter, report, output: Path | None, quiet: bool) -> NoReturn:
+    """Emit the report and exit with its code (0, 1 or 3; 2 never gets here)."""
+    _emit(formatter, report, output)
+    if output is not None and not quiet:
+        typer.echo(f"ray-doctor: report written to {output}", err=True)
+    raise typer.Exit(int(report.exit_code))
+
+
+def _emit_could_not_run(
+    formatter, output_format: OutputFormat, command: str, target: str, reason: str, output
+) -> NoReturn:
+    """Exit 2: the reason on stderr, and (except on the terminal view, where that line is the
+    report) a report in the chosen format, so CI still gets its SARIF / JUnit / summary."""
+    from ray_doctor.report import could_not_run_report
+
+    typer.echo(f"ray-doctor: {reason}", err=True)
+    if output_format != OutputFormat.terminal:
+        _emit(formatter, could_not_run_report(command, target, reason), output)
+    raise typer.Exit(2)
 
 
 @app.command()
@@ -148,26 +219,20 @@ def inspect(
     color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
 ) -> None:
     """Read an experiment, find what went wrong, and say how to fix it."""
-    from ray_doctor.report import JsonFormatter, build_inspect_report, could_not_run_report
+    from ray_doctor.report import build_inspect_report
     from ray_doctor.rules import run_rules
     from ray_doctor.scan import ScanFailure, scan
 
+    formatter = _formatter(output_format, output, color, max_rows)
     progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
         result = scan(path, logs or [], stdin=sys.stdin, workers=workers, progress=progress)
     except ScanFailure as exc:
         progress.close()
-        typer.echo(f"ray-doctor: {exc}", err=True)
-        if output_format == OutputFormat.json:
-            _emit(JsonFormatter(), could_not_run_report("inspect", path, str(exc)), output)
-        raise typer.Exit(2) from None
+        _emit_could_not_run(formatter, output_format, "inspect", path, str(exc), output)
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
-    formatter = _formatter(output_format, output, color, max_rows)
-    _emit(formatter, report, output)
-    if output is not None and not quiet:
-        typer.echo(f"ray-doctor: report written to {output}", err=True)
-    raise typer.Exit(int(report.exit_code))
+    _finish(formatter, report, output, quiet)
 
 
 @app.command("verify-checkpoint")
@@ -211,8 +276,9 @@ def verify_checkpoint(
 ) -> None:
     """Check a checkpoint is whole, sane and safe to load, without executing it."""
     from ray_doctor.checkpoint import VerifyFailure, diagnose, verify, verify_all
-    from ray_doctor.report import JsonFormatter, build_verify_report, could_not_run_report
+    from ray_doctor.report import build_verify_report
 
+    formatter = _formatter(output_format, output, color, 20)
     try:
         previous = against == "previous"
         if all_checkpoints:
@@ -224,17 +290,9 @@ def verify_checkpoint(
             reference_result = verify(against, values=False)
             reference = reference_result.checkpoints[0] if reference_result.checkpoints else None
     except VerifyFailure as exc:
-        typer.echo(f"ray-doctor: {exc}", err=True)
-        if output_format == OutputFormat.json:
-            _emit(
-                JsonFormatter(), could_not_run_report("verify-checkpoint", path, str(exc)), output
-            )
-        raise typer.Exit(2) from None
+        _emit_could_not_run(formatter, output_format, "verify-checkpoint", path, str(exc), output)
     report = build_verify_report(result, diagnose(result, reference), fail_on.value)
-    _emit(_formatter(output_format, output, color, 20), report, output)
-    if output is not None and not quiet:
-        typer.echo(f"ray-doctor: report written to {output}", err=True)
-    raise typer.Exit(int(report.exit_code))
+    _finish(formatter, report, output, quiet)
 
 
 @app.command()
@@ -341,7 +399,7 @@ def smoke(
     color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
 ) -> None:
     """Run real Ray Tune and Ray Train smoke trials to confirm or refute a diagnosis."""
-    from ray_doctor.report import JsonFormatter, build_smoke_report, could_not_run_report
+    from ray_doctor.report import build_smoke_report
     from ray_doctor.smoke import (
         SmokeFailure,
         SmokeOptions,
@@ -351,7 +409,7 @@ def smoke(
     )
     from ray_doctor.smoke._model import DEFAULT_MASTER_PORT
 
-    target = address or "local"
+    formatter = _formatter(output_format, output, color, 20)
     try:
         relaunch = None
         if from_dir or trial or entrypoint:
@@ -382,18 +440,13 @@ def smoke(
         progress = _StageProgress(enabled=not quiet and sys.stderr.isatty())
         result = run_smoke(options, progress, logs or [])
     except SmokeFailure as exc:
-        typer.echo(f"ray-doctor: {exc}", err=True)
-        if output_format == OutputFormat.json:
-            _emit(JsonFormatter(), could_not_run_report("smoke", target, str(exc)), output)
-        raise typer.Exit(2) from None
+        _emit_could_not_run(formatter, output_format, "smoke", address or "local", str(exc), output)
     report = build_smoke_report(result, fail_on.value)
-    _emit(_formatter(output_format, output, color, 20), report, output)
-    if output is not None and not quiet:
-        typer.echo(f"ray-doctor: report written to {output}", err=True)
-    if result.ended == "interrupted":
+    if result.ended == "interrupted":  # the partial report, then the conventional 130
+        _emit(formatter, report, output)
         typer.echo("ray-doctor: interrupted", err=True)
         raise typer.Exit(130)
-    raise typer.Exit(int(report.exit_code))
+    _finish(formatter, report, output, quiet)
 
 
 class _StageProgress:
@@ -408,24 +461,10 @@ class _StageProgress:
         if event["type"] == "start":
             sys.stderr.write(f"  … {event['stage']}\n")
         elif event["type"] == "stage":
-            from ray_doctor.report import STAGE_MARK
+            from ray_doctor.report._common import STAGE_MARK
 
             mark = STAGE_MARK.get(event["status"], "?")
             sys.stderr.write(f"  {mark} {event['name']} {event['duration_s']:.1f} s\n")
-
-
-def _formatter(output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int):
-    from ray_doctor.report import JsonFormatter
-
-    if output_format == OutputFormat.json:
-        return JsonFormatter(indent=output is None and sys.stdout.isatty())
-    from ray_doctor.report import TerminalFormatter
-
-    stream = sys.stdout if output is None else None
-    width = 100
-    if stream is not None and stream.isatty():
-        width = os.get_terminal_size(stream.fileno()).columns
-    return TerminalFormatter(_use_color(color, stream), width, max_rows)
 
 
 @app.command()

@@ -177,3 +177,28 @@ def relaunch_changed(fixtures, tmp_path_factory) -> SmokeRun:
         tmp_path_factory.mktemp("relaunch_changed"),
         *relaunch_args(fixtures, "tune_missing_module_trainable"),
     )
+
+
+def normalized(text: str) -> str:
+    """Output with what changes from run to run masked: paths, ids, pids, numbers."""
+    import re
+
+    text = text.replace(f"{REPO}/", "")
+    text = re.sub(r"/[\w/.-]*?/ray-doctor-smoke-\w+/storage", "<smoke storage>", text)
+    text = re.sub(r"\b[0-9a-f]{5}_\d{5}\b", "<trial>", text)
+    text = re.sub(r"ray-doctor-smoke-[0-9a-f]+", "ray-doctor-smoke-<run>", text)
+    return re.sub(r"\d+(\.\d+)?", "N", text)
+
+
+def assert_matches_doc_example(rule_id: str, run: SmokeRun) -> None:
+    """pylint's lesson: the rule page's recorded example must still be what smoke says
+    (`python docs/generate.py --smoke` re-records it)."""
+    from ray_doctor.rules._docs import render_findings, smoke_examples
+    from ray_doctor.smoke._model import finding_from_json
+
+    recorded = smoke_examples()[rule_id]["output"]
+    live = render_findings([finding_from_json(f) for f in run.findings(rule_id)])
+    first = lambda text: normalized(text).splitlines()[0]  # noqa: E731
+    assert first(live) == first(recorded), "re-record: python docs/generate.py --smoke"
+    fix = lambda text: next(x for x in normalized(text).splitlines() if x.startswith("  fix:"))  # noqa: E731
+    assert fix(live) == fix(recorded), "re-record: python docs/generate.py --smoke"

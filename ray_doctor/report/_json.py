@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from ray_doctor.report._interface import Formatter
+from ray_doctor.report._interface import FormatOptions, Formatter
 from ray_doctor.report._report import Report
 
 
@@ -23,6 +23,10 @@ class JsonFormatter(Formatter):
 
     def __init__(self, indent: bool = False) -> None:
         self.indent = indent
+
+    @classmethod
+    def from_options(cls, options: FormatOptions) -> JsonFormatter:
+        return cls(indent=options.indent)
 
     def render(self, report: Report) -> str:
         if self.indent:

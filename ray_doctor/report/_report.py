@@ -15,7 +15,6 @@ from ray_doctor.model import Experiment, ScanError, ScanResult, Trial, TrialStat
 
 SCHEMA_VERSION = "1.1"  # 1.1: smoke (stages, environment, relaunch)
 FAIL_ON_CHOICES = ("error", "warning", "info", "never")
-STAGE_MARK = {"pass": "✔", "fail": "✖", "error": "!", "skip": "○"}  # smoke stage statuses
 # Keys Ray fills into every result; the "last metric" shown is the first key not among them.
 AUTO_FILLED = {
     "done",

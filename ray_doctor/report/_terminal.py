@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -12,8 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ray_doctor.report._interface import Formatter
-from ray_doctor.report._report import STAGE_MARK, ExitCode, Report
+from ray_doctor.report._common import SEVERITY_MARK, STAGE_MARK, short_path
+from ray_doctor.report._interface import FormatOptions, Formatter
+from ray_doctor.report._report import ExitCode, Report
 
 STATUS_STYLE = {
     "ERROR": "bold red",
@@ -24,20 +24,9 @@ STATUS_STYLE = {
     "UNKNOWN": "dim",
 }
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
-SEVERITY_MARK = {"error": "✖", "warning": "▲", "info": "●"}
 STAGE_STYLE = {"pass": "green", "fail": "bold red", "error": "bold yellow", "skip": "dim"}
 # Problem trials first, so a capped table still shows them.
 STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
-
-
-def short_path(path: str | None, base: str | None = None) -> str:
-    """`path` relative to `base` (or the cwd) when it lies below it."""
-    if not path:
-        return ""
-    for root in (base, os.getcwd()):
-        if root and path.startswith(root.rstrip("/") + "/"):
-            return path[len(root.rstrip("/")) + 1 :]
-    return path
 
 
 def _number(value: Any) -> str:
@@ -53,6 +42,10 @@ class TerminalFormatter(Formatter):
         self.color = color
         self.width = width
         self.max_rows = max_rows
+
+    @classmethod
+    def from_options(cls, options: FormatOptions) -> TerminalFormatter:
+        return cls(options.color, options.width, options.max_rows)
 
     def render(self, report: Report) -> str:
         target = report.data["target"]["path"]

@@ -6,11 +6,15 @@ output and a test notices when either drifts (`python docs/generate.py --check`)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ray_doctor.rules._base import DOC_SECTIONS, Rule
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Real `ray-doctor smoke` output for the smoke-only rules, recorded by
+# `python docs/generate.py --smoke` (it runs Ray); the smoke tests check it against live runs.
+SMOKE_EXAMPLES = "docs/rules/smoke-examples.json"
 
 
 def example_logs(example: Path) -> list[Path]:
@@ -19,10 +23,21 @@ def example_logs(example: Path) -> list[Path]:
 
 
 def _verify_only(rule: type[Rule]) -> bool:
-    return "inspect" not in rule.commands
+    return rule.commands == ("verify-checkpoint",)
+
+
+def _smoke_only(rule: type[Rule]) -> bool:
+    return rule.commands == ("smoke",)
+
+
+def smoke_examples(root: Path = REPO_ROOT) -> dict[str, dict[str, str]]:
+    path = root / SMOKE_EXAMPLES
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def example_command(rule: type[Rule], root: Path = REPO_ROOT) -> str:
+    if _smoke_only(rule):
+        return getattr(rule, "smoke_example", None) or ""
     if _verify_only(rule):
         extra = "".join(f" {a}" for a in rule.example_args)
         return f"ray-doctor verify-checkpoint {rule.example}{extra}"
@@ -45,26 +60,36 @@ def _example_findings(rule: type[Rule], target: str) -> list:
     return [f for f in run_rules(scan(target, [str(p) for p in logs])) if f.rule == rule.id]
 
 
-def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
-    """What the rule reports on its example fixture, paths relative to the repo root."""
-    if not rule.example or not (root / rule.example).exists():
-        return None
-    target = str(root / rule.example)
+def render_findings(findings, replace: tuple[str, str] = ("", "")) -> str | None:
+    """Findings as the docs show them; `replace` rewrites one path (the checkout's)."""
+    old, new = replace
+
+    def clean(text: str) -> str:
+        return text.replace(old, new) if old else text
+
     lines: list[str] = []
-    for finding in _example_findings(rule, target):
-        # Only the checkout's location is rewritten; paths inside the data stay as written.
-        lines.append(
-            f"{finding.severity.value}  {finding.rule}  {finding.message.replace(target, rule.example)}"
-        )
+    for finding in findings:
+        lines.append(f"{finding.severity.value}  {finding.rule}  {clean(finding.message)}")
         for item in finding.evidence:
-            location = item.path.replace(target, rule.example, 1)
+            location = clean(item.path)
             if item.line:
                 location += f":{item.line}"
             lines.append(f"    {location}  {item.excerpt}")
-        lines.append(f"  fix: {finding.fix}")
+        lines.append(f"  fix: {clean(finding.fix)}")
         for related in finding.related:
-            lines.append(f"  also {related.rule}: {related.message}")
+            lines.append(f"  also {related.rule}: {clean(related.message)}")
     return "\n".join(lines) if lines else None
+
+
+def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
+    """What the rule reports on its example fixture, paths relative to the repo root."""
+    if _smoke_only(rule):
+        return smoke_examples(root).get(rule.id, {}).get("output")
+    if not rule.example or not (root / rule.example).exists():
+        return None
+    target = str(root / rule.example)
+    # Only the checkout's location is rewritten; paths inside the data stay as written.
+    return render_findings(_example_findings(rule, target), (target, rule.example))
 
 
 def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:

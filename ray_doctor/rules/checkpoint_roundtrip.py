@@ -35,3 +35,8 @@ class CheckpointRoundtrip(SmokeRule):
     id = "checkpoint-roundtrip"
     title = "Checkpoint did not survive save, report and restore"
     severity = Severity.ERROR
+    example_note = (
+        "storage that loses or alters bytes cannot be made on one machine; "
+        "tests/rules/test_checkpoint_roundtrip.py writes a real checkpoint with the probe, "
+        "flips a byte, and reads it back with the probe"
+    )

@@ -35,3 +35,7 @@ class CollectiveFailed(SmokeRule):
     id = "collective-failed"
     title = "Allreduce across the worker group failed"
     severity = Severity.ERROR
+    example_note = (
+        "a wrong allreduce sum needs faulty hardware; tests/rules/test_collective_failed.py "
+        "edits one rank's value in a real CPU smoke run and classifies real error texts"
+    )

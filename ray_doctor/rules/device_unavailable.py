@@ -37,3 +37,8 @@ class DeviceUnavailable(SmokeRule):
     id = "device-unavailable"
     title = "GPU not visible or not computing in a trial"
     severity = Severity.ERROR
+    example_note = (
+        "needs a node with a GPU that torch cannot use, which CI does not have; "
+        "tests/rules/test_device_unavailable.py runs the real probe with `--gpus 1` semantics on "
+        "a CPU-only torch build and checks the finding it makes"
+    )

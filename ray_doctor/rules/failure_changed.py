@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ray_doctor.findings import Severity
 from ray_doctor.rules._base import SmokeRule
+from ray_doctor.rules.failure_reproduced import RELAUNCH_EXAMPLE
 
 
 class FailureChanged(SmokeRule):
@@ -30,3 +31,4 @@ class FailureChanged(SmokeRule):
     id = "failure-changed"
     title = "The re-run fails differently"
     severity = Severity.ERROR
+    smoke_example = RELAUNCH_EXAMPLE.format("tune_missing_module_trainable")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ray_doctor.findings import Severity
 from ray_doctor.rules._base import SmokeRule
+from ray_doctor.rules.failure_reproduced import RELAUNCH_EXAMPLE
 
 
 class FailureNotReproduced(SmokeRule):
@@ -34,3 +35,4 @@ class FailureNotReproduced(SmokeRule):
     id = "failure-not-reproduced"
     title = "The failure does not reproduce"
     severity = Severity.WARNING
+    smoke_example = RELAUNCH_EXAMPLE.format("tune_trial_error_trainable") + " --iterations 2"

@@ -5,6 +5,13 @@ from __future__ import annotations
 from ray_doctor.findings import Severity
 from ray_doctor.rules._base import SmokeRule
 
+# The doc example of the relaunch rules: tune_trial_error's failed trial with a trainable
+# from the fixture generator (its own, or one that has changed since).
+RELAUNCH_EXAMPLE = (
+    "ray-doctor smoke --from fixtures/tune_trial_error/ray_results/tune_trial_error "
+    "--trial b0523_00002 --entrypoint fixtures/generate.py:{}"
+)
+
 
 class FailureReproduced(SmokeRule):
     """Re-run with its own config, resources and trainable, the failed trial fails again, and
@@ -33,3 +40,4 @@ class FailureReproduced(SmokeRule):
     id = "failure-reproduced"
     title = "The failure reproduces"
     severity = Severity.ERROR
+    smoke_example = RELAUNCH_EXAMPLE.format("tune_trial_error_trainable")

@@ -37,3 +37,8 @@ class MemoryHeadroomLow(SmokeRule):
     id = "memory-headroom-low"
     title = "Not enough free memory for a trial"
     severity = Severity.ERROR
+    example_note = (
+        "filling a node's memory is not something a test machine should do; "
+        "tests/rules/test_memory_headroom_low.py runs the real probe with "
+        "`RAY_memory_usage_threshold` set below what the machine already uses"
+    )

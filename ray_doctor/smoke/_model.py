@@ -144,7 +144,9 @@ def finding_to_json(finding: Finding) -> dict[str, Any]:
 
 
 def finding_from_json(data: dict[str, Any]) -> Finding:
-    data = dict(data)
+    """A Finding from `finding_to_json` or from a report's findings[] (which has no
+    subject / specificity: those only matter while the rules fold findings)."""
+    data = {k: v for k, v in data.items() if k in Finding.__dataclass_fields__}
     data["severity"] = Severity(data["severity"])
     data["evidence"] = [Evidence(**e) for e in data.get("evidence", [])]
     data["related"] = [Related(**r) for r in data.get("related", [])]

@@ -321,7 +321,11 @@ def _compare(
         fix = f"The failure is deterministic for this config; retrying will not help. {original.get('fix') or now.fix}"
         return make("failure-reproduced", message, fix)
     if now is not None:
-        was = f"{original['rule']} ({original['message']})" if original else "no error finding"
+        was = (
+            f"{original['rule']} ({original['message'].rstrip('.')})"
+            if original
+            else "no error finding"
+        )
         message = f"Trial {plan.trial_id} fails {when}, with {_cause(now, trial)}; the original had {was}.{peaks}"
         return make("failure-changed", message, f"Fix this failure first: {now.fix}")
     if facts.get("errored"):
@@ -336,7 +340,7 @@ def _compare(
     short = before is not None and reached <= before
     message = (
         f"Trial {plan.trial_id} ran {reached} iterations with its own config without failing; "
-        f"the original failed with {original['rule']} after {before}."
+        f"the original failed with {original['rule']} after {before} reported iterations."
         + (
             " The re-run stopped before the step where the original failed: raise --iterations."
             if short

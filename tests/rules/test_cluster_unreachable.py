@@ -11,3 +11,9 @@ def test_connection_refused_is_named(smoke_unreachable):
 
 def test_near_miss_a_local_instance_that_starts(smoke_cpu):
     assert not smoke_cpu.findings("cluster-unreachable")
+
+
+def test_the_rule_page_example_is_what_smoke_says(smoke_unreachable):
+    from smoke_runs import assert_matches_doc_example
+
+    assert_matches_doc_example("cluster-unreachable", smoke_unreachable)

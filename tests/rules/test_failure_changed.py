@@ -15,3 +15,9 @@ def test_a_different_cause_is_named_against_the_original(relaunch_changed):
 
 def test_near_miss_the_same_cause(relaunch_reproduced):
     assert not relaunch_reproduced.findings("failure-changed")
+
+
+def test_the_rule_page_example_is_what_smoke_says(relaunch_changed):
+    from smoke_runs import assert_matches_doc_example
+
+    assert_matches_doc_example("failure-changed", relaunch_changed)

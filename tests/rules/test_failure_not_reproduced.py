@@ -14,3 +14,9 @@ def test_a_clean_rerun_is_a_warning_that_says_why(relaunch_too_short):
 
 def test_near_miss_a_failure_that_comes_back(relaunch_reproduced):
     assert not relaunch_reproduced.findings("failure-not-reproduced")
+
+
+def test_the_rule_page_example_is_what_smoke_says(relaunch_too_short):
+    from smoke_runs import assert_matches_doc_example
+
+    assert_matches_doc_example("failure-not-reproduced", relaunch_too_short)

@@ -32,3 +32,9 @@ def test_the_relaunch_record(relaunch_reproduced):
 
 def test_near_miss_stopped_before_the_failing_step(relaunch_too_short):
     assert not relaunch_too_short.findings("failure-reproduced")
+
+
+def test_the_rule_page_example_is_what_smoke_says(relaunch_reproduced):
+    from smoke_runs import assert_matches_doc_example
+
+    assert_matches_doc_example("failure-reproduced", relaunch_reproduced)

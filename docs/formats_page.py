@@ -1,0 +1,254 @@
+"""docs/formats.md: one real example of each --format, rendered from a bundled fixture by the
+formatters themselves, so a test notices when the page and the code drift apart.
+
+Made deterministic: the report's `generated_at` is fixed, paths are shown as if the checkout
+were /home/user/project, and the run is as if from the checkout's root (the CI workspace).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = "fixtures/tune_trial_error"
+PLOTTED = "fixtures/tune_config_correlated"
+SHOWN_ROOT = "/home/user/project"
+GENERATED_AT = "2026-01-01T00:00:00Z"
+SCREENSHOT = REPO / "docs" / "formats-html.png"
+
+
+@contextmanager
+def _in_repo():
+    before = os.getcwd()
+    os.chdir(REPO)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _report(fixture: str):
+    sys.path.insert(0, str(REPO / "tests" / "report"))
+    try:
+        from samples import inspect_report
+    finally:
+        sys.path.pop(0)
+    report = inspect_report(REPO / fixture)
+    report.data["generated_at"] = GENERATED_AT
+    return report
+
+
+def _render(name: str, report, **options) -> str:
+    from ray_doctor.report import FormatOptions, make_formatter
+
+    formatter = make_formatter(name, FormatOptions(workspace=str(REPO), **options))
+    return formatter.render(report).replace(str(REPO), SHOWN_ROOT)
+
+
+def _junit_excerpt(xml: str) -> str:
+    """The root and the first suite (the failed trial), the others counted."""
+    lines = xml.splitlines()
+    end = lines.index("  </testsuite>") + 1
+    others = xml.count("<testsuite ") - 1
+    return "\n".join(
+        [
+            *lines[:end],
+            f"  <!-- {others} more testsuites: the other trials and the experiment -->",
+            lines[-1],
+        ]
+    )
+
+
+def _sarif_parts(text: str) -> tuple[str, str, int]:
+    log = json.loads(text)
+    run = log["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    shown_rule = dict(next(r for r in rules if r["id"] == "trial-error"))
+    shown_rule["help"] = {k: v[:160] + " …" for k, v in shown_rule["help"].items()}
+    head = {
+        "$schema": log["$schema"],
+        "version": log["version"],
+        "runs": [
+            {
+                "tool": {"driver": {**run["tool"]["driver"], "rules": ["…"]}},
+                "invocations": run["invocations"],
+                "results": run["results"],
+                "properties": run["properties"],
+                "originalUriBaseIds": run["originalUriBaseIds"],
+            }
+        ],
+    }
+    return (
+        json.dumps(head, indent=2, ensure_ascii=False),
+        json.dumps(shown_rule, indent=2),
+        len(rules),
+    )
+
+
+def _fence(text: str, info: str) -> str:
+    """A fence longer than any run of backticks in the text (the Markdown has fences)."""
+    import re
+
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{info}\n{text.rstrip()}\n{fence}"
+
+
+def page() -> str:
+    with _in_repo():
+        report = _report(FIXTURE)
+        plotted = _report(PLOTTED)
+        outputs = {
+            name: _render(name, report) for name in ("json", "sarif", "junit", "github", "markdown")
+        }
+        from ray_doctor.report._plots import figures
+
+        plots = figures(plotted.scan, plotted.findings)
+    sarif_head, sarif_rule, rule_count = _sarif_parts(outputs["sarif"])
+    command = f"ray-doctor inspect {FIXTURE} --logs {FIXTURE}/driver.log"
+    plot_lines = "\n".join(f"- `{p.kind}`: {p.title}" for p in plots)
+    return f"""# Output formats
+
+Every command (`inspect`, `verify-checkpoint`, `smoke`) renders its report through one
+formatter interface, so every format below comes out of every command: pick one with
+`--format`, and write it to a file with `--output FILE` (stdout otherwise). `--fail-on
+error|warning|info|never` sets the exit code the same way in every format.
+
+| format | for | notes |
+|---|---|---|
+| `terminal` | people at a terminal (default) | colour on a TTY; `--max-rows` caps the trial table |
+| `json` | scripts, `jq` | the contract: [`report.schema.json`](report.schema.json); fields are only added within a `schema_version` major |
+| `sarif` | GitHub code scanning and other SARIF readers | SARIF 2.1.0; rules from the registry; stable `partialFingerprints` |
+| `junit` | GitLab, Jenkins, Azure test reports | a testsuite per trial (per smoke run), a testcase per rule family (per smoke stage) |
+| `github` | GitHub Actions logs and job summary | `::error` annotations; Markdown appended to `$GITHUB_STEP_SUMMARY` |
+| `markdown` | PR comments | the job-summary Markdown on stdout |
+| `html` | a post-mortem in a browser | one self-contained file with plots; needs `--output` (or a redirect) |
+
+Every example below is real output: `{command}` on the bundled fixture (a Ray 2.60 sweep
+in which one trial raised), generated by `make docs` from the code; a test fails when this
+page is stale. Paths are shown as if the checkout were `{SHOWN_ROOT}`.
+
+## json
+
+{_fence(outputs["json"], "json")}
+
+## sarif
+
+Locations inside the workspace (`$GITHUB_WORKSPACE`, else the current directory) are relative
+to `%SRCROOT%`; other local files are `file://` URIs; evidence that is not a local file (a node,
+an `s3://` URI, stdin) becomes a relative pseudo-path with the original in `description`, since
+code scanning accepts no other URI scheme. The alert is anchored at the user's own code when a
+traceback frame is inside the workspace, else at the first evidence. `partialFingerprints`
+hashes rule, experiment, trial and evidence file (relative to the target), so re-running on the
+same experiment does not duplicate alerts. A rule that fires on more than 50 trials of one
+experiment gives 50 results and one grouped result; a run never has more than 25,000 results
+(GitHub's limit); what was grouped or cut is in `invocations[0].toolExecutionNotifications`.
+
+The run's `tool.driver.rules` lists all {rule_count} rules of the registry; `trial-error`'s entry
+(help texts cut here) is:
+
+{_fence(sarif_rule, "json")}
+
+The rest of the file:
+
+{_fence(sarif_head, "json")}
+
+`helpUri` is the `Documentation` URL in the package metadata (pyproject `[project.urls]`) plus
+`/rules/<id>.md`; set `RAY_DOCTOR_DOCS_URL` to point it at a fork or a mirror.
+
+## junit
+
+One testsuite per trial and one per experiment (findings no trial owns, cross-trial rules),
+one testcase per rule family plus `files`. `<failure>`: a finding at or above `--fail-on`
+(findings below it pass and are listed in `<system-out>`); `<error>`: a file that could not be
+read; `<skipped>`: a family that does not apply (a trial that never started or reported nothing;
+cross-trial families in a trial's suite). Past 1,000 suites the rest fold into one suite.
+`verify-checkpoint` has a suite per trial whose checkpoints it checked. `smoke` has one suite
+for the run and a testcase per stage: `fail` is `<failure>`, `error` is `<error>`, `skip` is
+`<skipped>`, with the stage's duration as `time`.
+
+{_fence(_junit_excerpt(outputs["junit"]), "xml")}
+
+## github
+
+Workflow commands on stdout: the first 10 findings of each severity as `::error` / `::warning`
+/ `::notice` annotations (GitHub shows about 10 of each per step), a notice counting the rest,
+and a last plain line with the verdict. `%`, CR and LF are escaped everywhere, `:` and `,` also
+inside properties, as `actions/toolkit` does. When `$GITHUB_STEP_SUMMARY` is set, the Markdown
+below is appended to that file (never overwriting what earlier steps wrote, and staying under
+GitHub's 1 MiB per step).
+
+{_fence(outputs["github"], "text")}
+
+## markdown
+
+The summary for a PR comment (and the step summary): verdict and counts first, a table of the
+findings, each finding folded with its evidence and fix, then the trials. It fits 1 MiB;
+sections that would not fit are counted, not cut.
+
+{_fence(outputs["markdown"], "markdown")}
+
+## html
+
+`ray-doctor inspect {PLOTTED} --format html --output report.html` writes one file that fetches
+nothing (styles inline, plotly.js from the plotly wheel inlined once, a Content-Security-Policy
+that forbids network requests): the verdict and counts, every finding with its evidence table,
+fix and docs link, the plots, the trial table, and what could not be read. Its plots here:
+
+{plot_lines}
+
+Plots are capped for large sweeps and say so under the plot: {_caps()}.
+Without a scan (verify-checkpoint, smoke) the page has no plots and no plotly.js. Printing it
+to a terminal is refused (exit 2); a redirect (`> report.html`) works.
+
+![The HTML report of {PLOTTED}](formats-html.png)
+"""
+
+
+def _caps() -> str:
+    from ray_doctor.report import _html, _plots
+
+    return (
+        f"{_plots.MAX_METRIC_TRIALS} trials in the metric plot and {_plots.MAX_TIMELINE_TRIALS} "
+        f"in the timeline (those that failed, restarted or went non-finite first), "
+        f"{_plots.MAX_SCATTER_POINTS:,} points in a scatter, {_plots.MAX_POINTS:,} points per "
+        f"line, {_plots.MAX_EXPERIMENTS} experiments; {_html.MAX_TRIAL_ROWS} rows in the trial "
+        f"table and {_html.MAX_FINDINGS} findings"
+    )
+
+
+def screenshot() -> bool:
+    """docs/formats-html.png, when Chromium and Pillow are here (not drift-checked: font
+    rendering differs between machines). Returns whether it was written."""
+    sys.path.insert(0, str(REPO / "tests" / "report"))
+    try:
+        from browser import Chromium, find_chromium
+        from PIL import Image
+    except ImportError:
+        return False
+    finally:
+        sys.path.pop(0)
+    chromium = find_chromium()
+    if chromium is None:
+        return False
+    import io
+    import tempfile
+
+    with _in_repo():
+        report = _report(PLOTTED)
+        html = _render("html", report)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "report.html"
+        path.write_text(html, encoding="utf-8")
+        with Chromium(chromium, width=1200) as browser:
+            shot = browser.open(
+                path, "window.Plotly && document.readyState === 'complete'", {}
+            ).screenshot
+    image = Image.open(io.BytesIO(shot)).convert("RGB")
+    image = image.resize((900, round(image.height * 900 / image.width)))
+    image.quantize(colors=128).save(SCREENSHOT, optimize=True)  # a palette: a fifth the size
+    return True
