@@ -66,7 +66,7 @@ def _open(target: str) -> tuple[Storage, str, Entry]:
     except StorageError as exc:
         raise ScanFailure(f"cannot read {exc.path}: {exc.reason}") from None
     if entry is None:
-        raise ScanFailure(f"{target}: no such file or directory")
+        raise ScanFailure(f"{storage.display(path)}: {storage.why_missing(path)}")
     return storage, path, entry
 
 

@@ -7,12 +7,14 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import NamedTuple
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,
     complete_from_dir,
+    read_params,
     read_trial_dir,
     trial_from_record,
 )
@@ -34,7 +36,7 @@ def _load_state(
     """The newest state file that parses; older ones stand in, with the failure recorded."""
     for entry in sorted(state_entries, key=lambda e: e.name, reverse=True):
         try:
-            state, trials = read_state(storage, entry.path)
+            state, trials = read_state(storage, entry.path, entry.size)
             records = list(trials)
         except (StateError, StorageError) as exc:
             reason = exc.reason if isinstance(exc, StorageError) else f"not valid JSON: {exc}"
@@ -57,10 +59,13 @@ def read_tune_experiment(
     experiment.state_files = len(state_entries)
     candidates = [e for e in entries if e.is_dir and not e.name.startswith((".", "checkpoint_"))]
 
+    # Object stores list the whole experiment in a few requests (a thousand keys each), so no
+    # trial dir is listed on its own; a local disk lists each dir in the pool as it reads it.
+    tree = _list_tree(storage, path, experiment.errors)
     # Trial dirs are read in the pool while this process parses the experiment state: the two
     # do not depend on each other until they are merged.
     by_dir: dict[str, Trial | None] = {}
-    jobs = [(e.path, e.name) for e in candidates]
+    jobs = [_ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None) for e in candidates]
     with _reading(storage, jobs, workers) as outcomes:
         records = _read_state_into(experiment, storage, state_entries)
         for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
@@ -83,6 +88,9 @@ def read_tune_experiment(
     # Dirs the state does not list: trials of an older run of this experiment, or every trial
     # when the state never reached storage.
     experiment.trials += [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    if tree is not None:
+        dirs = {e.name: e.path for e in candidates}
+        _read_missing_configs(storage, experiment, tree, dirs, workers)
     for trial in experiment.trials:
         complete_from_dir(trial)
     _set_layout(experiment, entries, records)
@@ -112,15 +120,60 @@ def _read_state_into(
 PROCESS_POOL_MIN_TRIALS = 200
 
 
-def _read_dir(storage: Storage, job: tuple[str, str]) -> tuple[str, Trial | None, list[ScanError]]:
-    path, name = job
-    trial, errors = read_trial_dir(storage, path, name)
-    return name, trial, errors
+class _ReadJob(NamedTuple):
+    path: str
+    name: str
+    entries: list[Entry] | None  # from the experiment's listing; None: list the dir
+
+
+def _read_dir(storage: Storage, job: _ReadJob) -> tuple[str, Trial | None, list[ScanError]]:
+    # params.json waits for the state when the dir came from a listing (remote storage): the
+    # state holds every trial's config, so it is rarely needed.
+    trial, errors = read_trial_dir(
+        storage, job.path, job.name, job.entries, with_params=job.entries is None
+    )
+    return job.name, trial, errors
+
+
+def _list_tree(
+    storage: Storage, path: str, errors: list[ScanError]
+) -> dict[str, list[Entry]] | None:
+    try:
+        return storage.list_tree(path)
+    except StorageError as exc:
+        errors.append(ScanError(exc.path, exc.reason))
+        return {}
+
+
+def _read_missing_configs(
+    storage: Storage,
+    experiment: Experiment,
+    tree: dict[str, list[Entry]],
+    dirs: dict[str, str],
+    workers: int,
+) -> None:
+    """params.json of the trials the experiment state gave no config, in parallel."""
+    wanted: list[tuple[Trial, Entry]] = []
+    for trial in experiment.trials:
+        files = tree.get(dirs.get(trial.name, ""), [])
+        params = next((e for e in files if e.name == "params.json" and e.is_file), None)
+        if not trial.config and params is not None:
+            wanted.append((trial, params))
+    if not wanted:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(item: tuple[Trial, Entry]) -> None:
+        trial, entry = item
+        trial.config = read_params(storage, entry, experiment.errors)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(wanted), workers))) as pool:
+        list(pool.map(read, wanted))
 
 
 @contextmanager
 def _reading(
-    storage: Storage, jobs: list[tuple[str, str]], workers: int
+    storage: Storage, jobs: list[_ReadJob], workers: int
 ) -> Iterator[Iterator[tuple[str, Trial | None, list[ScanError]]]]:
     """Start reading trial dirs and yield their results in job order.
 
