@@ -94,7 +94,26 @@ class TerminalFormatter(Formatter):
                 yield Text(f"  {short_path(error['path'])}: {error['reason']}", style="yellow")
             if len(errors) > 20:
                 yield Text(f"  … and {len(errors) - 20} more (see --format json)", style="dim")
+        if len(experiments) > 1:
+            yield self._combined(data)
         yield self._footer(data)
+
+    def _combined(self, data: dict[str, Any]) -> Text:
+        """One line over all experiments of a storage_path."""
+        summary = data["summary"]
+        text = Text("\n")
+        text.append(f"{summary['experiments']} experiments", style="bold")
+        text.append(f" · {summary['trials']} trials")
+        counts = {s: n for s, n in summary["trials_by_status"].items() if n}
+        if counts:
+            text.append(": ")
+            for i, (status, n) in enumerate(sorted(counts.items())):
+                if i:
+                    text.append(", ")
+                text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+        flagged = {f["experiment"] for f in data.get("findings", []) if f.get("experiment")}
+        text.append(f" · findings in {len(flagged)} of {summary['experiments']}")
+        return text
 
     def _indent(self, text: Text, width: int) -> Text:
         """Wrap `text` to the console width and indent every line (no trailing padding)."""

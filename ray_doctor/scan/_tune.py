@@ -10,6 +10,7 @@ from functools import partial
 from typing import NamedTuple
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
+from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,
@@ -52,6 +53,7 @@ def read_tune_experiment(
     entries: list[Entry],
     workers: int = 8,
     progress: Progress | None = None,
+    cache: ScanCache | None = None,
 ) -> Experiment:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     experiment = Experiment(path=storage.display(path), name=name, layout=Layout.TUNE)
@@ -65,9 +67,12 @@ def read_tune_experiment(
     # Trial dirs are read in the pool while this process parses the experiment state: the two
     # do not depend on each other until they are merged.
     by_dir: dict[str, Trial | None] = {}
-    jobs = [_ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None) for e in candidates]
-    with _reading(storage, jobs, workers) as outcomes:
-        records = _read_state_into(experiment, storage, state_entries)
+    jobs = [
+        _ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None, with_params=not tree)
+        for e in candidates
+    ]
+    with _reading(storage, jobs, workers, cache) as outcomes:
+        records = _read_state_into(experiment, storage, state_entries, cache)
         for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
             by_dir[dirname] = trial
             experiment.errors.extend(errors)
@@ -99,9 +104,22 @@ def read_tune_experiment(
 
 
 def _read_state_into(
-    experiment: Experiment, storage: Storage, state_entries: list[Entry]
+    experiment: Experiment,
+    storage: Storage,
+    state_entries: list[Entry],
+    cache: ScanCache | None = None,
 ) -> list[TrialRecord]:
-    used, state, records = _load_state(storage, state_entries, experiment.errors)
+    errors: list[ScanError] = []
+    if cache is None:
+        used, state, records = _load_state(storage, state_entries, errors)
+    else:
+        newest = max(state_entries, key=lambda e: e.name, default=None)
+        used, state, records, errors = (
+            cache.state(storage, newest, partial(_load_state_once, storage, state_entries))
+            if newest is not None
+            else (None, None, [], [])
+        )
+    experiment.errors += errors
     if used is not None and state is not None:
         experiment.state_file = used.name
         experiment.runner = state.runner
@@ -116,6 +134,11 @@ def _read_state_into(
     return records
 
 
+def _load_state_once(storage: Storage, state_entries: list[Entry]):
+    errors: list[ScanError] = []
+    return (*_load_state(storage, state_entries, errors), errors)
+
+
 # Below this many trial dirs a process pool costs more than it saves.
 PROCESS_POOL_MIN_TRIALS = 200
 
@@ -124,14 +147,13 @@ class _ReadJob(NamedTuple):
     path: str
     name: str
     entries: list[Entry] | None  # from the experiment's listing; None: list the dir
+    # False where the experiment was listed whole (remote): params.json then waits for the
+    # state, which holds every trial's config, and is rarely needed.
+    with_params: bool = True
 
 
 def _read_dir(storage: Storage, job: _ReadJob) -> tuple[str, Trial | None, list[ScanError]]:
-    # params.json waits for the state when the dir came from a listing (remote storage): the
-    # state holds every trial's config, so it is rarely needed.
-    trial, errors = read_trial_dir(
-        storage, job.path, job.name, job.entries, with_params=job.entries is None
-    )
+    trial, errors = read_trial_dir(storage, job.path, job.name, job.entries, job.with_params)
     return job.name, trial, errors
 
 
@@ -171,9 +193,23 @@ def _read_missing_configs(
         list(pool.map(read, wanted))
 
 
+def _read_dir_cached(
+    storage: Storage, cache: ScanCache, job: _ReadJob
+) -> tuple[str, Trial | None, list[ScanError]]:
+    entries = job.entries
+    if entries is None:
+        try:
+            entries = storage.list_dir(job.path)
+        except StorageError as exc:
+            return job.name, None, [ScanError(exc.path, exc.reason)]
+    listed = job._replace(entries=entries)
+    trial, errors = cache.trial(storage, job.path, entries, lambda: _read_dir(storage, listed)[1:])
+    return job.name, trial, errors
+
+
 @contextmanager
 def _reading(
-    storage: Storage, jobs: list[_ReadJob], workers: int
+    storage: Storage, jobs: list[_ReadJob], workers: int, cache: ScanCache | None = None
 ) -> Iterator[Iterator[tuple[str, Trial | None, list[ScanError]]]]:
     """Start reading trial dirs and yield their results in job order.
 
@@ -181,9 +217,13 @@ def _reading(
     and overlap with the caller's state parsing; remote storage uses threads (reads wait on
     the network); small local ones read in this process, where a pool costs more than it saves.
     """
-    read = partial(_read_dir, storage)
+    read = (
+        partial(_read_dir, storage) if cache is None else partial(_read_dir_cached, storage, cache)
+    )
     local = isinstance(storage, LocalStorage)
-    if local and (len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")):
+    # A cache lives in this process: forked readers could not fill it.
+    small = len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")
+    if local and (small or cache is not None):
         yield map(read, jobs)  # lazy: runs as the caller iterates
         return
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor

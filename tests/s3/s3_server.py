@@ -193,6 +193,9 @@ def start_s3_server(kind: str = "moto", log_dir: Path | None = None) -> S3Server
             "127.0.0.1:0",
             "--auth-key",
             f"{ACCESS_KEY},{SECRET_KEY}",
+            # No MD5 of every object on every HEAD and GET: S3 stores its ETag, it does not
+            # hash at read time, and the hashing would cost the client's cores here.
+            "--etag-hash=",
         ]
     else:
         raise ValueError(f"unknown S3 server kind {kind!r}")
