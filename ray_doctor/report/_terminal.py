@@ -45,6 +45,16 @@ def _number(value: Any) -> str:
     return str(value)
 
 
+def _append_counts(text: Text, counts: dict[str, int]) -> None:
+    """`: 1 ERROR, 2 TERMINATED`, each status in its colour."""
+    if counts:
+        text.append(": ")
+        for i, (status, n) in enumerate(sorted(counts.items())):
+            if i:
+                text.append(", ")
+            text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+
+
 class TerminalFormatter(Formatter):
     name = "terminal"
 
@@ -105,12 +115,7 @@ class TerminalFormatter(Formatter):
         text.append(f"{summary['experiments']} experiments", style="bold")
         text.append(f" · {summary['trials']} trials")
         counts = {s: n for s, n in summary["trials_by_status"].items() if n}
-        if counts:
-            text.append(": ")
-            for i, (status, n) in enumerate(sorted(counts.items())):
-                if i:
-                    text.append(", ")
-                text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+        _append_counts(text, counts)
         flagged = {f["experiment"] for f in data.get("findings", []) if f.get("experiment")}
         text.append(f" · findings in {len(flagged)} of {summary['experiments']}")
         return text
@@ -148,12 +153,7 @@ class TerminalFormatter(Formatter):
             text.append(f" · Ray {experiment['ray_version']}")
         if experiment["layout"] != "log":
             text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
-        if counts:
-            text.append(": ")
-            for i, (status, n) in enumerate(sorted(counts.items())):
-                if i:
-                    text.append(", ")
-                text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+        _append_counts(text, counts)
         if experiment.get("state_files", 0) > 1:
             text.append(f" · resumed ({experiment['state_files']} state files)", style="dim")
         if experiment.get("start_time"):
