@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ray_doctor import __version__
+from ray_doctor.storage import shown_target
 
 app = typer.Typer(
     name="ray-doctor",
@@ -179,7 +180,8 @@ def inspect(
         progress.close()
         typer.echo(f"ray-doctor: {exc}", err=True)
         if output_format == OutputFormat.json:
-            _emit(JsonFormatter(), could_not_run_report("inspect", path, str(exc)), output)
+            report = could_not_run_report("inspect", shown_target(path), str(exc))
+            _emit(JsonFormatter(), report, output)
         raise typer.Exit(2) from None
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
@@ -266,7 +268,7 @@ def _inspect_watch(
     from ray_doctor.watch import watch
 
     live = isinstance(formatter, TerminalFormatter) and output is None and sys.stdout.isatty()
-    view = _WatchView(path, formatter, live, quiet)
+    view = _WatchView(shown_target(path), formatter, live, quiet)
     try:
         last = watch(path, logs, interval, fail_on.value, workers, on_pass=view)
     except KeyboardInterrupt:
@@ -277,7 +279,8 @@ def _inspect_watch(
         reason = last.waiting if last is not None else "interrupted before the first pass"
         typer.echo(f"ray-doctor: {reason}", err=True)
         if isinstance(formatter, JsonFormatter):
-            _emit(formatter, could_not_run_report("inspect", path, reason or ""), output)
+            report = could_not_run_report("inspect", shown_target(path), reason or "")
+            _emit(formatter, report, output)
         raise typer.Exit(2)
     _emit(formatter, last.report, output)
     raise typer.Exit(int(last.report.exit_code))
@@ -340,7 +343,9 @@ def verify_checkpoint(
         typer.echo(f"ray-doctor: {exc}", err=True)
         if output_format == OutputFormat.json:
             _emit(
-                JsonFormatter(), could_not_run_report("verify-checkpoint", path, str(exc)), output
+                JsonFormatter(),
+                could_not_run_report("verify-checkpoint", shown_target(path), str(exc)),
+                output,
             )
         raise typer.Exit(2) from None
     report = build_verify_report(result, diagnose(result, reference), fail_on.value)
