@@ -43,7 +43,11 @@ fixtures: $(VENV)/.installed-test
 docs: $(VENV)/.installed-run
 	$(BIN)/python docs/generate.py
 
-bench: $(VENV)/.installed-test
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	touch $@ $(VENV)/.installed-test $(VENV)/.installed-run
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_inspect.py
 
 clean:

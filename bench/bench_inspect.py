@@ -7,8 +7,11 @@ trial ids, iterations and timestamps rewritten. Then, each in its own process on
 - `ray-doctor inspect DIR --format json -q` (reads every byte of every result.json);
 - `ExperimentAnalysis(DIR).dataframe()` (Ray's own post-hoc API; imports ray, unpickles).
 
-Wall time and peak RSS come from `os.wait4` on each child. Run: `make bench` (or
-`python bench/bench_inspect.py --help`). Figures of the last run go in bench/README.md.
+The same is done at 10,000 trials, and the 1,000-trial experiment is uploaded to S3 servers on
+loopback (tests/s3/s3_server.py) and inspected there: wall time, peak RSS, requests per trial
+(counted by the server) and the ratio to the local run. Wall time and peak RSS come from GNU
+time (bench/_measure.py). Run: `make bench` (or `python bench/bench_inspect.py --help`).
+Figures of the last run go in bench/README.md.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests"))
 from _measure import measure  # noqa: E402
 
 TEMPLATE = REPO / "fixtures" / "tune_healthy" / "ray_results" / "tune_healthy"
@@ -117,6 +121,50 @@ def best_of(runs: int, command: list[str]) -> tuple[float, float]:
     return min(r[0] for r in results), max(r[1] for r in results)
 
 
+def compare_with_anchor(exp: Path, doctor: list[str], runs: int, anchor_runs: int) -> None:
+    python = sys.executable
+    wall, rss = best_of(runs, [*doctor, str(exp)])
+    print(f"ray-doctor inspect:                 {wall:7.2f} s  {rss:6.0f} MB peak RSS")
+    if anchor_runs:
+        anchor_wall, anchor_rss = best_of(anchor_runs, [python, "-c", ANCHOR, str(exp)])
+        print(
+            f"ExperimentAnalysis + dataframe():   {anchor_wall:7.2f} s  {anchor_rss:6.0f} MB peak RSS"
+        )
+        print(f"speed-up: {anchor_wall / wall:.1f}x (target >= 20x)")
+
+
+def on_s3(kind: str, exp: Path, doctor: list[str], runs: int, trials: int) -> None:
+    """Upload `exp` to an S3 server on loopback and inspect it there and locally, in turns."""
+    import os
+
+    from s3.s3_server import start_s3_server
+
+    server = start_s3_server(kind, Path(exp).parents[1])
+    try:
+        started = time.perf_counter()
+        uri = server.upload(exp, server.bucket("bench"), exp.name)
+        print(f"{kind}: uploaded in {time.perf_counter() - started:.0f} s")
+        os.environ.update(server.env)
+        remote, local = [], []
+        for _ in range(runs):  # alternate, so load on the shared machine hits both alike
+            if kind == "moto":
+                with server.counting() as served:
+                    remote.append(measure([*doctor, uri]))
+                requests = len(served)
+            else:
+                remote.append(measure([*doctor, uri]))
+            local.append(measure([*doctor, str(exp)]))
+        wall, rss = min(r[0] for r in remote), max(r[1] for r in remote)
+        local_wall = min(r[0] for r in local)
+        print(f"  inspect s3:// ({kind}):  {wall:7.2f} s  {rss:6.0f} MB peak RSS", end="")
+        if kind == "moto":
+            print(f"  {requests} requests, {requests / trials:.2f} per trial", end="")
+        print(f"\n  inspect local dir:      {local_wall:7.2f} s")
+        print(f"  s3 / local: {wall / local_wall:.1f}x (target <= 3x)")
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
@@ -125,6 +173,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="best wall time of this many")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
     parser.add_argument("--skip-anchor", action="store_true")
+    parser.add_argument(
+        "--s3", default="rclone,moto", help="S3 servers to compare with ('' skips): rclone, moto"
+    )
     args = parser.parse_args()
 
     python = sys.executable
@@ -136,17 +187,17 @@ def main() -> None:
     exp = build(args.workdir / "speed" / "bench_exp", args.trials, args.iterations)
     size_mb = sum(p.stat().st_size for p in exp.rglob("*") if p.is_file()) / 2**20
     print(f"experiment: {exp} ({size_mb:.0f} MB)")
-
-    wall, rss = best_of(args.runs, [*doctor, str(exp)])
-    print(f"ray-doctor inspect:                 {wall:7.2f} s  {rss:6.0f} MB peak RSS")
-    if not args.skip_anchor:
-        anchor_wall, anchor_rss = best_of(max(1, args.runs - 1), [python, "-c", ANCHOR, str(exp)])
-        print(
-            f"ExperimentAnalysis + dataframe():   {anchor_wall:7.2f} s  {anchor_rss:6.0f} MB peak RSS"
-        )
-        print(f"speed-up: {anchor_wall / wall:.1f}x (target >= 20x)")
+    anchor_runs = 0 if args.skip_anchor else max(1, args.runs - 1)
+    compare_with_anchor(exp, doctor, args.runs, anchor_runs)
 
     if args.memory_trials:
+        big = build(
+            args.workdir / f"mem_{args.memory_trials}x{args.iterations}" / "bench_exp",
+            args.memory_trials,
+            args.iterations,
+        )
+        print(f"{args.memory_trials} trials x {args.iterations} iterations:")
+        compare_with_anchor(big, doctor, args.runs, min(anchor_runs, 1))
         print("memory: peak RSS as the sweep grows (target <= 150 MB, flat)")
         shapes = [(args.trials, args.iterations), (args.trials, args.iterations * 10)]
         shapes.append((args.memory_trials, args.iterations))
@@ -158,6 +209,10 @@ def main() -> None:
             print(
                 f"  {trials:6d} trials x {iterations:5d} iterations: {wall:6.2f} s  {rss:6.0f} MB"
             )
+
+    for kind in filter(None, args.s3.split(",")):
+        print(f"S3 on loopback, {args.trials} trials x {args.iterations} iterations:", flush=True)
+        on_s3(kind, exp, doctor, args.runs, args.trials)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import typer
 
 from ray_doctor import __version__
 from ray_doctor.report._registry import FORMATS
+from ray_doctor.storage import shown_target
 
 app = typer.Typer(
     name="ray-doctor",
@@ -217,6 +218,19 @@ def inspect(
     ] = 20,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Parallel reads.")] = 8,
     color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            "-w",
+            help="Follow a running experiment: re-read what changed every --interval seconds "
+            "and show findings as they happen; ends with the final report when the experiment "
+            "ends, or on Ctrl-C.",
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between --watch passes.")
+    ] = 2.0,
 ) -> None:
     """Read an experiment, find what went wrong, and say how to fix it."""
     from ray_doctor.report import build_inspect_report
@@ -224,15 +238,115 @@ def inspect(
     from ray_doctor.scan import ScanFailure, scan
 
     formatter = _formatter(output_format, output, color, max_rows)
+    if watch:
+        if path == "-":
+            _refuse("--watch follows a path or URI, not standard input")
+        _inspect_watch(
+            path, logs or [], interval, fail_on, workers, quiet, formatter, output_format, output
+        )
     progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
     try:
         result = scan(path, logs or [], stdin=sys.stdin, workers=workers, progress=progress)
     except ScanFailure as exc:
         progress.close()
-        _emit_could_not_run(formatter, output_format, "inspect", path, str(exc), output)
+        _emit_could_not_run(
+            formatter, output_format, "inspect", shown_target(path), str(exc), output
+        )
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
     _finish(formatter, report, output, quiet)
+
+
+class _WatchView:
+    """Shows `--watch` passes: a live report on a terminal, else one stderr line per new
+    finding (what a log or a test reads)."""
+
+    def __init__(self, target: str, formatter, live: bool, quiet: bool) -> None:
+        self.target = target
+        self.formatter = formatter
+        self.quiet = quiet
+        self.started = time.monotonic()
+        self._live = None
+        self._waiting_said = False
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(), auto_refresh=False, transient=True)
+            self._live.start()
+
+    def __call__(self, current) -> None:
+        if self._live is not None:
+            self._show_live(current)
+        elif not self.quiet:
+            self._say(current)
+
+    def _show_live(self, current) -> None:
+        from rich.console import Group
+        from rich.text import Text
+
+        elapsed = time.monotonic() - self.started
+        if current.report is None:
+            status = f"waiting for {self.target}: {current.waiting}"
+            self._live.update(Text(status, style="dim"), refresh=True)
+            return
+        status = (
+            f"watching · pass {current.number} · {elapsed:.0f} s · read {current.read}, "
+            f"unchanged {current.reused} · Ctrl-C stops"
+        )
+        view = Group(
+            Text.from_ansi(self.formatter.render(current.report)), Text(status, style="dim")
+        )
+        self._live.update(view, refresh=True)
+
+    def _say(self, current) -> None:
+        stamp = f"[{time.monotonic() - self.started:6.1f} s]"
+        if current.report is None and not self._waiting_said:
+            sys.stderr.write(f"ray-doctor: {stamp} waiting: {current.waiting}\n")
+            self._waiting_said = True
+        for finding in current.new_findings:
+            where = " / ".join(x for x in (finding.experiment, finding.trial_id) if x)
+            sys.stderr.write(
+                f"ray-doctor: {stamp} {finding.severity.value} {finding.rule} [{where}]: "
+                f"{finding.message.splitlines()[0]}\n"
+            )
+        if current.ended:
+            sys.stderr.write(f"ray-doctor: {stamp} the experiment ended\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def _inspect_watch(
+    path: str,
+    logs: list[str],
+    interval: float,
+    fail_on: FailOn,
+    workers: int,
+    quiet: bool,
+    formatter,
+    output_format: OutputFormat,
+    output: Path | None,
+) -> NoReturn:
+    from ray_doctor.report import TerminalFormatter
+    from ray_doctor.watch import watch
+
+    live = isinstance(formatter, TerminalFormatter) and output is None and sys.stdout.isatty()
+    view = _WatchView(shown_target(path), formatter, live, quiet)
+    try:
+        last = watch(path, logs, interval, fail_on.value, workers, on_pass=view)
+    except KeyboardInterrupt:
+        last = None
+    finally:
+        view.close()
+    if last is None or last.report is None:
+        reason = last.waiting if last is not None else "interrupted before the first pass"
+        _emit_could_not_run(
+            formatter, output_format, "inspect", shown_target(path), reason or "", output
+        )
+    _finish(formatter, last.report, output, quiet)
 
 
 @app.command("verify-checkpoint")
@@ -290,7 +404,9 @@ def verify_checkpoint(
             reference_result = verify(against, values=False)
             reference = reference_result.checkpoints[0] if reference_result.checkpoints else None
     except VerifyFailure as exc:
-        _emit_could_not_run(formatter, output_format, "verify-checkpoint", path, str(exc), output)
+        _emit_could_not_run(
+            formatter, output_format, "verify-checkpoint", shown_target(path), str(exc), output
+        )
     report = build_verify_report(result, diagnose(result, reference), fail_on.value)
     _finish(formatter, report, output, quiet)
 

@@ -259,6 +259,18 @@ class Experiment:
     runner: dict[str, Any] = field(default_factory=dict)  # scalar runner_data of the state
     errors: list[ScanError] = field(default_factory=list)
 
+    @property
+    def settled(self) -> bool:
+        """The experiment state lists trials and every one has finished (TERMINATED or
+        ERROR): a Tune driver writes that last. False while it runs (and forever if its driver
+        died), and for layouts that record no trial status (Train V2, logs)."""
+        listed = [t for t in self.trials if t.in_state]
+        return (
+            self.state_file is not None
+            and bool(listed)
+            and not any(t.status.unfinished for t in listed)
+        )
+
     def trial(self, key: str) -> Trial | None:
         """Find a trial by id or dir name."""
         for trial in self.trials:

@@ -97,6 +97,24 @@ def healthy_pt(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real S3 server (moto's, a separate process) on loopback for the whole session.
+
+    Yields an `S3Server` (tests/s3/s3_server.py): `.bucket()` makes a fresh bucket,
+    `.upload(local_dir, bucket, prefix)` copies a tree with pyarrow.fs and returns its URI,
+    `.uri(bucket, key)` builds `s3://bucket/key?endpoint_override=...&scheme=http`, `.env` holds
+    the AWS_* variables a child process needs (plain `s3://` URIs work with them too),
+    `.counting()` collects the requests the server answered, `.enforce_auth()` makes it refuse
+    the test credentials (HTTP 403). The server is stopped when the session ends.
+    """
+    from s3.s3_server import start_s3_server
+
+    server = start_s3_server("moto", tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
 # Real `ray-doctor smoke` runs, made once per session (tests/smoke_runs.py).
 from smoke_runs import (  # noqa: E402, F401
     relaunch_changed,

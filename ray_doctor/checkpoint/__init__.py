@@ -277,12 +277,7 @@ def _recorded_by(layout: str) -> str:
 
 def _raw_path(storage: Storage, display: str) -> str:
     """The storage path behind a display path (the scan model keeps display paths)."""
-    from ray_doctor.storage import LocalStorage
-
-    if isinstance(storage, LocalStorage):
-        return display
-    _, path = open_storage(display)
-    return path
+    return storage.path_of(display)
 
 
 def _open(target: str) -> tuple[Storage, str, Entry]:
@@ -292,7 +287,7 @@ def _open(target: str) -> tuple[Storage, str, Entry]:
     except StorageError as exc:
         raise VerifyFailure(f"cannot read {exc.path}: {exc.reason}") from None
     if entry is None:
-        raise VerifyFailure(f"{target}: no such file or directory")
+        raise VerifyFailure(f"{storage.display(path)}: {storage.why_missing(path)}")
     return storage, path, entry
 
 

@@ -35,6 +35,16 @@ def _number(value: Any) -> str:
     return str(value)
 
 
+def _append_counts(text: Text, counts: dict[str, int]) -> None:
+    """`: 1 ERROR, 2 TERMINATED`, each status in its colour."""
+    if counts:
+        text.append(": ")
+        for i, (status, n) in enumerate(sorted(counts.items())):
+            if i:
+                text.append(", ")
+            text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+
+
 class TerminalFormatter(Formatter):
     name = "terminal"
 
@@ -92,7 +102,21 @@ class TerminalFormatter(Formatter):
                 yield self._indent(line, 2)
             if len(errors) > 20:
                 yield Text(f"  … and {len(errors) - 20} more (see --format json)", style="dim")
+        if len(experiments) > 1:
+            yield self._combined(data)
         yield self._footer(data)
+
+    def _combined(self, data: dict[str, Any]) -> Text:
+        """One line over all experiments of a storage_path."""
+        summary = data["summary"]
+        text = Text("\n")
+        text.append(f"{summary['experiments']} experiments", style="bold")
+        text.append(f" · {summary['trials']} trials")
+        counts = {s: n for s, n in summary["trials_by_status"].items() if n}
+        _append_counts(text, counts)
+        flagged = {f["experiment"] for f in data.get("findings", []) if f.get("experiment")}
+        text.append(f" · findings in {len(flagged)} of {summary['experiments']}")
+        return text
 
     def _indent(self, text: Text, width: int) -> Text:
         """Wrap `text` to the console width and indent every line (no trailing padding)."""
@@ -127,12 +151,7 @@ class TerminalFormatter(Formatter):
             text.append(f" · Ray {experiment['ray_version']}")
         if experiment["layout"] != "log":
             text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
-        if counts:
-            text.append(": ")
-            for i, (status, n) in enumerate(sorted(counts.items())):
-                if i:
-                    text.append(", ")
-                text.append(f"{n} {status}", style=STATUS_STYLE.get(status, ""))
+        _append_counts(text, counts)
         if experiment.get("state_files", 0) > 1:
             text.append(f" · resumed ({experiment['state_files']} state files)", style="dim")
         if experiment.get("start_time"):

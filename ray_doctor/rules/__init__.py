@@ -88,6 +88,9 @@ RULES: tuple[type[Rule], ...] = (
     FailureNotReproduced,
 )
 INSPECT_RULES = tuple(rule for rule in RULES if "inspect" in rule.commands)
+# While `--watch` follows a running experiment, unfinished trials are what it is watching, not
+# a sign the driver stopped: trial-incomplete judges only stopped experiments.
+LIVE_RULES = tuple(rule for rule in INSPECT_RULES if rule.id != "trial-incomplete")
 REGISTRY: dict[str, type[Rule]] = {rule.id: rule for rule in RULES}
 assert len(REGISTRY) == len(RULES), "two rules share an id"
 
@@ -134,6 +137,7 @@ def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = INSPECT_RULES) -
 
 __all__ = [
     "INSPECT_RULES",
+    "LIVE_RULES",
     "REGISTRY",
     "RULES",
     "Finding",

@@ -9,9 +9,11 @@ a `ScanError` instead. It raises `ScanFailure` only when the target itself canno
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 from ray_doctor.model import Experiment, Layout, ScanError, ScanResult
+from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._logs import (
     LogResult,
     is_session_logs_dir,
@@ -36,13 +38,27 @@ class ScanFailure(Exception):
     """The target cannot be read at all (missing, unreadable storage): inspect exits 2."""
 
 
+@dataclass(frozen=True)
+class _How:
+    """How to read: parallel readers, who hears of progress, what an earlier pass kept."""
+
+    workers: int = 8
+    progress: Progress | None = None
+    cache: ScanCache | None = None
+
+
 def scan(
     target: str,
     logs: Sequence[str] = (),
     stdin: TextIO | None = None,
     workers: int = 8,
     progress: Progress | None = None,
+    cache: ScanCache | None = None,
 ) -> ScanResult:
+    """`cache`: pass the same one to each scan of a changing target (`--watch`) to re-read
+    only the files that changed since the previous scan."""
+    if cache is not None:
+        cache.start_pass()
     if target == "-":
         if stdin is None:
             raise ScanFailure("'-' given but no standard input")
@@ -50,7 +66,7 @@ def scan(
         found = parse_text_log(stdin, "<stdin>")
         result.experiments.append(log_experiment("<stdin>", "stdin", found))
     else:
-        result = _scan_path(target, workers, progress)
+        result = _scan_path(target, _How(workers, progress, cache))
     extra = LogResult()
     for path in logs:
         extra.extend(_read_log_target(path))
@@ -66,7 +82,7 @@ def _open(target: str) -> tuple[Storage, str, Entry]:
     except StorageError as exc:
         raise ScanFailure(f"cannot read {exc.path}: {exc.reason}") from None
     if entry is None:
-        raise ScanFailure(f"{target}: no such file or directory")
+        raise ScanFailure(f"{storage.display(path)}: {storage.why_missing(path)}")
     return storage, path, entry
 
 
@@ -78,18 +94,18 @@ def _read_log_target(target: str) -> LogResult:
     return read_logs(storage, path)
 
 
-def _scan_path(target: str, workers: int, progress: Progress | None) -> ScanResult:
+def _scan_path(target: str, how: _How) -> ScanResult:
     storage, path, entry = _open(target)
     display = storage.display(path)
     result = ScanResult(target=display, layout=None)
     if not entry.is_dir:
-        return _scan_file(storage, path, entry, result, workers, progress)
+        return _scan_file(storage, path, entry, result, how)
     try:
         entries = storage.list_dir(path)
     except StorageError as exc:
         raise ScanFailure(f"cannot list {exc.path}: {exc.reason}") from None
 
-    experiment = _read_experiment(storage, path, entries, workers, progress)
+    experiment = _read_experiment(storage, path, entries, how)
     if experiment is not None:
         result.layout = experiment.layout
         result.experiments.append(experiment)
@@ -110,7 +126,7 @@ def _scan_path(target: str, workers: int, progress: Progress | None) -> ScanResu
         result.layout = Layout.LOG
         result.experiments.append(log_experiment(display, "session logs", found))
         return result
-    _scan_storage_path(storage, path, entries, result, workers, progress)
+    _scan_storage_path(storage, path, entries, result, how)
     return result
 
 
@@ -119,13 +135,12 @@ def _scan_file(
     path: str,
     entry: Entry,
     result: ScanResult,
-    workers: int,
-    progress: Progress | None,
+    how: _How,
 ) -> ScanResult:
     parent = path.rstrip("/").rsplit("/", 1)[0]
     # A state file or snapshot stands for the experiment dir that holds it.
     if _matches_state(entry.name) or entry.name == SNAPSHOT:
-        return _scan_path(storage.display(parent), workers, progress)
+        return _scan_path(storage.display(parent), how)
     if not entry.is_file:
         raise ScanFailure(f"{storage.display(path)}: not a regular file")
     found = read_logs(storage, path)
@@ -144,23 +159,22 @@ def _read_experiment(
     storage: Storage,
     path: str,
     entries: list[Entry],
-    workers: int,
-    progress: Progress | None,
+    how: _How,
 ) -> Experiment | None:
     name = path.rstrip("/").rsplit("/", 1)[-1]
 
     def tick(done: int, total: int) -> None:
-        if progress:
-            progress(name, done, total)
+        if how.progress:
+            how.progress(name, done, total)
 
     if is_tune_experiment(entries):
-        return read_tune_experiment(storage, path, entries, workers, tick)
+        return read_tune_experiment(storage, path, entries, how.workers, tick, how.cache)
     if is_train_v2_run(entries):
         return read_train_v2_run(storage, path, entries)
     names = {e.name for e in entries}
     if names & EXPERIMENT_MARKERS and not looks_like_trial_dir(entries):
         # Storage was set up but no state was synced (e.g. the driver died early).
-        experiment = read_tune_experiment(storage, path, entries, workers, tick)
+        experiment = read_tune_experiment(storage, path, entries, how.workers, tick, how.cache)
         if experiment.trials or "tuner.pkl" in names or "trainer.pkl" in names:
             experiment.errors.append(
                 ScanError(experiment.path, "no experiment_state file: the driver never synced one")
@@ -177,12 +191,30 @@ def _scan_storage_path(
     path: str,
     entries: list[Entry],
     result: ScanResult,
-    workers: int,
-    progress: Progress | None,
+    how: _How,
 ) -> None:
-    """Look below the target for experiments, breadth first, a bounded number of levels."""
+    """Find the experiments below the target, then read them one by one: a storage_path
+    with hundreds of experiments shows how far it got, and memory holds one listing at a time."""
+    found = _find_experiments(storage, entries, result)
+    label = f"{len(found)} experiments"
+    for done, (child, child_entries) in enumerate(found, start=1):
+        experiment = _read_experiment(storage, child.path, child_entries, how)
+        if experiment is not None:
+            result.experiments.append(experiment)
+        if how.progress and len(found) > 1:
+            how.progress(label, done, len(found))
+    if result.experiments:
+        result.layout = Layout.STORAGE
+
+
+def _find_experiments(
+    storage: Storage, entries: list[Entry], result: ScanResult
+) -> list[tuple[Entry, list[Entry]]]:
+    """Dirs below the target that hold an experiment, breadth first, a bounded number of
+    levels; the shallowest level that has any wins."""
     frontier = [e for e in entries if e.is_dir]
     listed = 0
+    found: list[tuple[Entry, list[Entry]]] = []
     for _depth in range(MAX_SEARCH_DEPTH):
         next_frontier: list[Entry] = []
         for child in frontier:
@@ -197,16 +229,22 @@ def _scan_storage_path(
             except StorageError as exc:
                 result.errors.append(ScanError(exc.path, exc.reason))
                 continue
-            experiment = _read_experiment(storage, child.path, child_entries, workers, progress)
-            if experiment is not None:
-                result.experiments.append(experiment)
+            if _holds_experiment(child_entries):
+                found.append((child, child_entries))
             elif not looks_like_trial_dir(child_entries):
                 next_frontier += [e for e in child_entries if e.is_dir]
-        if result.experiments:
+        if found:
             break
         frontier = next_frontier
-    if result.experiments:
-        result.layout = Layout.STORAGE
+    return found
 
 
-__all__ = ["ScanFailure", "scan"]
+def _holds_experiment(entries: list[Entry]) -> bool:
+    """What `_read_experiment` reads as an experiment (it returns one for each of these)."""
+    if is_tune_experiment(entries) or is_train_v2_run(entries):
+        return True
+    names = {e.name for e in entries}
+    return bool(names & EXPERIMENT_MARKERS) and not looks_like_trial_dir(entries)
+
+
+__all__ = ["ScanCache", "ScanFailure", "scan"]

@@ -240,21 +240,28 @@ def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
     return state, iter(elements)
 
 
-def read_state(storage: Storage, path: str) -> tuple[StateFile, Iterator[TrialRecord]]:
+def read_state(
+    storage: Storage, path: str, size: int | None = None
+) -> tuple[StateFile, Iterator[TrialRecord]]:
     """Read the header fields and stream the trials. Raises StateError / StorageError.
 
+    `size`: the file's size when a listing gave it (saves a request on object stores).
     Trial records come from a generator: consume it fully before trusting `runner`/`stats`
     (they may follow the trial list in the file).
     """
-    state, elements = read_state_elements(storage, path)
+    state, elements = read_state_elements(storage, path, size)
     return state, (r for r in map(trial_record, elements) if r is not None)
 
 
-def read_state_elements(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
+def read_state_elements(
+    storage: Storage, path: str, size: int | None = None
+) -> tuple[StateFile, Iterator[Any]]:
     """Like `read_state`, but the trials as Ray wrote them: `[trial_json, run_metadata_json]`
     pairs (or, before Ray ~2.5, trial JSON strings), undecoded."""
-    entry = storage.stat(path)
-    if entry is not None and entry.size is not None and entry.size <= WHOLE_FILE_LIMIT:
+    if size is None:
+        entry = storage.stat(path)
+        size = entry.size if entry is not None else None
+    if size is not None and size <= WHOLE_FILE_LIMIT:
         return _read_whole(storage, path)
     reader = _Reader(storage.iter_chunks(path))
     state = StateFile(format="unknown")

@@ -37,10 +37,18 @@ def trial_id_from_name(name: str) -> str:
 
 
 def read_trial_dir(
-    storage: Storage, path: str, name: str, entries: list[Entry] | None = None
+    storage: Storage,
+    path: str,
+    name: str,
+    entries: list[Entry] | None = None,
+    with_params: bool = True,
 ) -> tuple[Trial | None, list[ScanError]]:
     """A trial from its dir alone (no experiment state): None when the dir holds no trial
-    files (a PENDING trial's empty dir, or a dir that is not a trial at all)."""
+    files (a PENDING trial's empty dir, or a dir that is not a trial at all).
+
+    `with_params=False` leaves params.json for `read_params` to read only when the
+    experiment state has no config for the trial (one request fewer per trial remotely).
+    """
     errors: list[ScanError] = []
     if entries is None:
         try:
@@ -60,8 +68,8 @@ def read_trial_dir(
     checkpoint_dirs = [e.name for e in entries if e.is_dir and CHECKPOINT_DIR.match(e.name)]
     _read_history(storage, trial, files, errors, checkpoint_dirs)
     _read_errors(storage, trial, files, errors)
-    if "params.json" in files:
-        trial.config = _read_params(storage, files["params.json"], errors)
+    if with_params and "params.json" in files:
+        trial.config = read_params(storage, files["params.json"], errors)
     trial.checkpoints = _checkpoints(storage, path, trial, entries)
     return trial, errors
 
@@ -158,7 +166,7 @@ def _read_errors(
         errors.append(ScanError(exc.path, exc.reason))
 
 
-def _read_params(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict:
+def read_params(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict:
     try:
         data = json.loads(storage.read_bytes(entry.path, MAX_PARAMS))
     except StorageError as exc:

@@ -7,12 +7,15 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import NamedTuple
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
+from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,
     complete_from_dir,
+    read_params,
     read_trial_dir,
     trial_from_record,
 )
@@ -34,7 +37,7 @@ def _load_state(
     """The newest state file that parses; older ones stand in, with the failure recorded."""
     for entry in sorted(state_entries, key=lambda e: e.name, reverse=True):
         try:
-            state, trials = read_state(storage, entry.path)
+            state, trials = read_state(storage, entry.path, entry.size)
             records = list(trials)
         except (StateError, StorageError) as exc:
             reason = exc.reason if isinstance(exc, StorageError) else f"not valid JSON: {exc}"
@@ -50,6 +53,7 @@ def read_tune_experiment(
     entries: list[Entry],
     workers: int = 8,
     progress: Progress | None = None,
+    cache: ScanCache | None = None,
 ) -> Experiment:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     experiment = Experiment(path=storage.display(path), name=name, layout=Layout.TUNE)
@@ -57,12 +61,18 @@ def read_tune_experiment(
     experiment.state_files = len(state_entries)
     candidates = [e for e in entries if e.is_dir and not e.name.startswith((".", "checkpoint_"))]
 
+    # Object stores list the whole experiment in a few requests (a thousand keys each), so no
+    # trial dir is listed on its own; a local disk lists each dir in the pool as it reads it.
+    tree = _list_tree(storage, path, experiment.errors)
     # Trial dirs are read in the pool while this process parses the experiment state: the two
     # do not depend on each other until they are merged.
     by_dir: dict[str, Trial | None] = {}
-    jobs = [(e.path, e.name) for e in candidates]
-    with _reading(storage, jobs, workers) as outcomes:
-        records = _read_state_into(experiment, storage, state_entries)
+    jobs = [
+        _ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None, with_params=not tree)
+        for e in candidates
+    ]
+    with _reading(storage, jobs, workers, cache) as outcomes:
+        records = _read_state_into(experiment, storage, state_entries, cache)
         for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
             by_dir[dirname] = trial
             experiment.errors.extend(errors)
@@ -83,6 +93,9 @@ def read_tune_experiment(
     # Dirs the state does not list: trials of an older run of this experiment, or every trial
     # when the state never reached storage.
     experiment.trials += [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    if tree is not None:
+        dirs = {e.name: e.path for e in candidates}
+        _read_missing_configs(storage, experiment, tree, dirs, workers)
     for trial in experiment.trials:
         complete_from_dir(trial)
     _set_layout(experiment, entries, records)
@@ -91,9 +104,22 @@ def read_tune_experiment(
 
 
 def _read_state_into(
-    experiment: Experiment, storage: Storage, state_entries: list[Entry]
+    experiment: Experiment,
+    storage: Storage,
+    state_entries: list[Entry],
+    cache: ScanCache | None = None,
 ) -> list[TrialRecord]:
-    used, state, records = _load_state(storage, state_entries, experiment.errors)
+    errors: list[ScanError] = []
+    if cache is None:
+        used, state, records = _load_state(storage, state_entries, errors)
+    else:
+        newest = max(state_entries, key=lambda e: e.name, default=None)
+        used, state, records, errors = (
+            cache.state(storage, newest, partial(_load_state_once, storage, state_entries))
+            if newest is not None
+            else (None, None, [], [])
+        )
+    experiment.errors += errors
     if used is not None and state is not None:
         experiment.state_file = used.name
         experiment.runner = state.runner
@@ -108,19 +134,82 @@ def _read_state_into(
     return records
 
 
+def _load_state_once(storage: Storage, state_entries: list[Entry]):
+    errors: list[ScanError] = []
+    return (*_load_state(storage, state_entries, errors), errors)
+
+
 # Below this many trial dirs a process pool costs more than it saves.
 PROCESS_POOL_MIN_TRIALS = 200
 
 
-def _read_dir(storage: Storage, job: tuple[str, str]) -> tuple[str, Trial | None, list[ScanError]]:
-    path, name = job
-    trial, errors = read_trial_dir(storage, path, name)
-    return name, trial, errors
+class _ReadJob(NamedTuple):
+    path: str
+    name: str
+    entries: list[Entry] | None  # from the experiment's listing; None: list the dir
+    # False where the experiment was listed whole (remote): params.json then waits for the
+    # state, which holds every trial's config, and is rarely needed.
+    with_params: bool = True
+
+
+def _read_dir(storage: Storage, job: _ReadJob) -> tuple[str, Trial | None, list[ScanError]]:
+    trial, errors = read_trial_dir(storage, job.path, job.name, job.entries, job.with_params)
+    return job.name, trial, errors
+
+
+def _list_tree(
+    storage: Storage, path: str, errors: list[ScanError]
+) -> dict[str, list[Entry]] | None:
+    try:
+        return storage.list_tree(path)
+    except StorageError as exc:
+        errors.append(ScanError(exc.path, exc.reason))
+        return {}
+
+
+def _read_missing_configs(
+    storage: Storage,
+    experiment: Experiment,
+    tree: dict[str, list[Entry]],
+    dirs: dict[str, str],
+    workers: int,
+) -> None:
+    """params.json of the trials the experiment state gave no config, in parallel."""
+    wanted: list[tuple[Trial, Entry]] = []
+    for trial in experiment.trials:
+        files = tree.get(dirs.get(trial.name, ""), [])
+        params = next((e for e in files if e.name == "params.json" and e.is_file), None)
+        if not trial.config and params is not None:
+            wanted.append((trial, params))
+    if not wanted:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def read(item: tuple[Trial, Entry]) -> None:
+        trial, entry = item
+        trial.config = read_params(storage, entry, experiment.errors)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(wanted), workers))) as pool:
+        list(pool.map(read, wanted))
+
+
+def _read_dir_cached(
+    storage: Storage, cache: ScanCache, job: _ReadJob
+) -> tuple[str, Trial | None, list[ScanError]]:
+    entries = job.entries
+    if entries is None:
+        try:
+            entries = storage.list_dir(job.path)
+        except StorageError as exc:
+            return job.name, None, [ScanError(exc.path, exc.reason)]
+    listed = job._replace(entries=entries)
+    trial, errors = cache.trial(storage, job.path, entries, lambda: _read_dir(storage, listed)[1:])
+    return job.name, trial, errors
 
 
 @contextmanager
 def _reading(
-    storage: Storage, jobs: list[tuple[str, str]], workers: int
+    storage: Storage, jobs: list[_ReadJob], workers: int, cache: ScanCache | None = None
 ) -> Iterator[Iterator[tuple[str, Trial | None, list[ScanError]]]]:
     """Start reading trial dirs and yield their results in job order.
 
@@ -128,9 +217,13 @@ def _reading(
     and overlap with the caller's state parsing; remote storage uses threads (reads wait on
     the network); small local ones read in this process, where a pool costs more than it saves.
     """
-    read = partial(_read_dir, storage)
+    read = (
+        partial(_read_dir, storage) if cache is None else partial(_read_dir_cached, storage, cache)
+    )
     local = isinstance(storage, LocalStorage)
-    if local and (len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")):
+    # A cache lives in this process: forked readers could not fill it.
+    small = len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")
+    if local and (small or cache is not None):
         yield map(read, jobs)  # lazy: runs as the caller iterates
         return
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor

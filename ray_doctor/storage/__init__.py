@@ -16,6 +16,15 @@ def is_uri(path: str) -> bool:
     return bool(sep) and scheme.replace("+", "").replace("-", "").isalnum() and len(scheme) > 1
 
 
+def shown_target(target: str) -> str:
+    """A target as reports may show it: URIs lose their query (endpoints) and credentials."""
+    if not is_uri(target):
+        return target
+    from ray_doctor.storage._arrow import shown_uri
+
+    return shown_uri(target)
+
+
 def open_storage(path: str) -> tuple[Storage, str]:
     """Return the storage that holds `path` and the path in that storage's terms."""
     if is_uri(path):
@@ -26,4 +35,12 @@ def open_storage(path: str) -> tuple[Storage, str]:
     return storage, storage.normalize(path)
 
 
-__all__ = ["Entry", "LocalStorage", "Storage", "StorageError", "is_uri", "open_storage"]
+__all__ = [
+    "Entry",
+    "LocalStorage",
+    "Storage",
+    "StorageError",
+    "is_uri",
+    "open_storage",
+    "shown_target",
+]

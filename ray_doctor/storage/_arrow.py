@@ -1,9 +1,43 @@
 from __future__ import annotations
 
+import os
 import posixpath
+import re
+import threading
 from collections.abc import Iterator
 
 from ray_doctor.storage._base import CHUNK_SIZE, Entry, Storage, StorageError
+
+# Every S3 request is bounded, so a silent or unreachable endpoint costs seconds, not a hang.
+# The request timeout is curl's low-speed limit on Linux (abort after this long without a
+# byte), so a large file on a slow link still downloads. RAY_DOCTOR_S3_TIMEOUT_S overrides it.
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_REQUEST_TIMEOUT_S = 20.0
+S3_ATTEMPTS = 3
+TIMEOUT_ENV = "RAY_DOCTOR_S3_TIMEOUT_S"
+
+# curl / AWS SDK failures that mean the endpoint is gone, not that one object is unreadable.
+_UNREACHABLE = re.compile(
+    r"NETWORK_CONNECTION|curlCode: (?:5|6|7|28|35|52|55|56)\b|Could not connect|Couldn't connect"
+)
+_CURL_REASON = {
+    "6": "cannot resolve the endpoint's host name",
+    "7": "cannot connect to the endpoint (is it running, is the port right?)",
+    "28": "the endpoint did not answer in time",
+    "35": "TLS handshake with the endpoint failed (scheme=http for a plain-HTTP endpoint?)",
+    "52": "the endpoint closed the connection without answering",
+    "56": "the connection to the endpoint broke",
+}
+_AWS_REASON = {
+    "ACCESS_DENIED": "access denied (HTTP 403): check the credentials (AWS_ACCESS_KEY_ID, "
+    "AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and the bucket's policy",
+    "INVALID_ACCESS_KEY_ID": "the access key is not known to the endpoint (HTTP 403): check "
+    "AWS_ACCESS_KEY_ID / AWS_PROFILE",
+    "SIGNATURE_DOES_NOT_MATCH": "the secret key does not match the access key (HTTP 403): "
+    "check AWS_SECRET_ACCESS_KEY",
+    "NO_SUCH_BUCKET": "the bucket does not exist",
+    "EXPIRED_TOKEN": "the session token has expired: refresh the credentials",
+}
 
 
 class ArrowStorage(Storage):
@@ -12,17 +46,25 @@ class ArrowStorage(Storage):
     def __init__(self, filesystem, scheme: str, base_uri: str, base_path: str) -> None:
         self._fs = filesystem
         self._scheme = scheme
-        self._base_uri = base_uri.rstrip("/")
+        self._base_uri = shown_uri(base_uri).rstrip("/")
         self._base_path = base_path.rstrip("/")
+        # Set by the first request that finds the endpoint unreachable: later requests fail at
+        # once with the same reason instead of each waiting out its own timeouts.
+        self._unreachable: str | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def from_uri(cls, uri: str) -> tuple[ArrowStorage, str]:
         import pyarrow.fs as pafs
 
+        shown = shown_uri(uri)
         try:
+            # pyarrow parses the URI exactly as Ray does: query options (endpoint_override,
+            # scheme, region, ...), user:secret@ credentials, AWS_* variables.
             filesystem, path = pafs.FileSystem.from_uri(uri)
+            filesystem = _bounded(filesystem)
         except Exception as exc:  # ArrowInvalid, OSError from credential / region lookup
-            raise StorageError(uri, _one_line(exc)) from None
+            raise StorageError(shown, _reason(exc)) from None
         scheme = uri.partition("://")[0]
         return cls(filesystem, scheme, uri, path), path.rstrip("/") or path
 
@@ -30,6 +72,11 @@ class ArrowStorage(Storage):
         if path.startswith(self._base_path):
             return self._base_uri + path[len(self._base_path) :]
         return f"{self._scheme}://{path.lstrip('/')}"
+
+    def path_of(self, shown: str) -> str:
+        if shown.startswith(self._base_uri):
+            return self._base_path + shown[len(self._base_uri) :]
+        return shown.partition("://")[2] if "://" in shown else shown
 
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)
@@ -48,49 +95,151 @@ class ArrowStorage(Storage):
             is_file=info.type == pafs.FileType.File,
         )
 
+    def _failed(self, path: str, exc: BaseException) -> StorageError:
+        """The StorageError for a failed request; remembers an unreachable endpoint."""
+        reason = _reason(exc)
+        if _UNREACHABLE.search(str(exc)):
+            with self._lock:
+                self._unreachable = self._unreachable or reason
+        return StorageError(self.display(path), reason)
+
+    def _check_reachable(self, path: str) -> None:
+        if self._unreachable is not None:
+            raise StorageError(self.display(path), f"not read: {self._unreachable}")
+
     def stat(self, path: str) -> Entry | None:
         import pyarrow.fs as pafs
 
+        self._check_reachable(path)
         try:
             info = self._fs.get_file_info(path)
         except Exception as exc:
-            raise StorageError(self.display(path), _one_line(exc)) from None
+            raise self._failed(path, exc) from None
         if info.type == pafs.FileType.NotFound:
             return None
         return self._entry(info)
 
+    def why_missing(self, path: str) -> str:
+        """On object stores the first path component is the bucket: say when that is what is
+        missing (one more request, made only once the target was not found)."""
+        bucket = path.strip("/").split("/", 1)[0]
+        if self._scheme in ("s3", "gs", "gcs") and bucket and bucket != path.strip("/"):
+            try:
+                if self.stat(bucket) is None:
+                    return f"the bucket {bucket!r} does not exist"
+            except StorageError as exc:
+                return exc.reason
+        elif self._scheme in ("s3", "gs", "gcs") and bucket:
+            return "the bucket does not exist"
+        return "no such file or directory"
+
     def list_dir(self, path: str) -> list[Entry]:
+        return sorted(self._list(path, recursive=False), key=lambda e: e.name)
+
+    def list_tree(self, path: str) -> dict[str, list[Entry]]:
+        """One recursive listing (object stores page through every key below `path`, a
+        thousand a request) grouped by parent dir: no request per dir."""
+        tree: dict[str, list[Entry]] = {}
+        for entry in self._list(path, recursive=True):
+            tree.setdefault(posixpath.dirname(entry.path), []).append(entry)
+        for entries in tree.values():
+            entries.sort(key=lambda e: e.name)
+        return tree
+
+    def _list(self, path: str, recursive: bool) -> list[Entry]:
         import pyarrow.fs as pafs
 
+        self._check_reachable(path)
         try:
-            infos = self._fs.get_file_info(pafs.FileSelector(path, recursive=False))
+            infos = self._fs.get_file_info(pafs.FileSelector(path, recursive=recursive))
         except Exception as exc:
-            raise StorageError(self.display(path), _one_line(exc)) from None
-        return sorted((self._entry(i) for i in infos), key=lambda e: e.name)
+            raise self._failed(path, exc) from None
+        return [self._entry(i) for i in infos]
 
     def iter_chunks(self, path: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
+        self._check_reachable(path)
         try:
-            stream = self._fs.open_input_stream(path)
+            # compression=None: bytes as stored, whatever the file's extension says.
+            stream = self._fs.open_input_stream(path, compression=None)
         except Exception as exc:
-            raise StorageError(self.display(path), _one_line(exc)) from None
+            raise self._failed(path, exc) from None
         with stream:
             while True:
                 try:
                     chunk = stream.read(chunk_size)
                 except Exception as exc:
-                    raise StorageError(self.display(path), _one_line(exc)) from None
+                    raise self._failed(path, exc) from None
                 if not chunk:
                     return
                 yield bytes(chunk)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
+        self._check_reachable(path)
         try:
             with self._fs.open_input_file(path) as handle:
                 return bytes(handle.read_at(length, offset))
         except Exception as exc:
-            raise StorageError(self.display(path), _one_line(exc)) from None
+            raise self._failed(path, exc) from None
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _bounded(filesystem):
+    """An S3 filesystem with the same options plus ray-doctor's timeouts and retries.
+
+    pyarrow's URI syntax has no timeout options, so the filesystem from_uri built is copied
+    through its pickling state (every option it parsed, credentials left to the provider
+    chain when none were given) with the bounds added.
+    """
+    import pyarrow.fs as pafs
+
+    if not isinstance(filesystem, pafs.S3FileSystem):
+        return filesystem
+    rebuild, (options,) = filesystem.__reduce__()
+    request_timeout = _timeout_from_env()
+    options.update(
+        connect_timeout=min(S3_CONNECT_TIMEOUT_S, request_timeout),
+        request_timeout=request_timeout,
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
+    )
+    return rebuild(options)
+
+
+def _timeout_from_env() -> float:
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return S3_REQUEST_TIMEOUT_S
+    return value if value > 0 else S3_REQUEST_TIMEOUT_S
+
+
+def shown_uri(uri: str) -> str:
+    """The URI as reports show it: no query options (endpoints, regions) and no
+    `key:secret@` credentials."""
+    scheme, sep, rest = uri.split("?", 1)[0].partition("://")
+    authority, slash, path = rest.partition("/")
+    return scheme + sep + authority.rpartition("@")[2] + slash + path
+
+
+_AWS_ERROR = re.compile(r"AWS Error (?P<kind>[A-Z_]+)(?: \(HTTP status (?P<status>\d+)\))?")
+_CURL_CODE = re.compile(r"curlCode: (\d+)")
+
+
+def _reason(exc: BaseException) -> str:
+    """One line a user can act on, from pyarrow's (often multi-clause) error text."""
+    text = str(exc).strip()
+    curl = _CURL_CODE.search(text)
+    if curl and curl[1] in _CURL_REASON:
+        return _CURL_REASON[curl[1]]
+    aws = _AWS_ERROR.search(text)
+    if aws and aws["kind"] in _AWS_REASON:
+        return _AWS_REASON[aws["kind"]]
+    for marker, reason in (
+        ("InvalidAccessKeyId", _AWS_REASON["INVALID_ACCESS_KEY_ID"]),
+        ("SignatureDoesNotMatch", _AWS_REASON["SIGNATURE_DOES_NOT_MATCH"]),
+        ("NoSuchBucket", _AWS_REASON["NO_SUCH_BUCKET"]),
+        ("HTTP status 403", _AWS_REASON["ACCESS_DENIED"]),
+    ):
+        if marker in text:
+            return reason
+    lines = text.splitlines()
+    return lines[0] if lines else type(exc).__name__

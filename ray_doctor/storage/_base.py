@@ -40,6 +40,12 @@ class Storage(ABC):
     def stat(self, path: str) -> Entry | None:
         """The entry at `path`, or None when nothing is there. Raises StorageError."""
 
+    def list_tree(self, path: str) -> dict[str, list[Entry]] | None:
+        """Every dir below `path` mapped to its entries, from one recursive listing, where the
+        storage lists a whole tree in a few requests (object stores). None where listing dir by
+        dir costs no more (a local disk), and callers list each dir as they read it."""
+        return None
+
     @abstractmethod
     def iter_chunks(self, path: str, chunk_size: int = CHUNK_SIZE) -> Iterator[bytes]:
         """Stream a regular file's bytes. Raises StorageError."""
@@ -50,6 +56,14 @@ class Storage(ABC):
 
     def join(self, *parts: str) -> str:
         return posixpath.join(*parts)
+
+    def why_missing(self, path: str) -> str:
+        """Why `stat(path)` found nothing, in words for the user."""
+        return "no such file or directory"
+
+    def path_of(self, shown: str) -> str:
+        """The storage path behind a `display()` path (reports and the model keep those)."""
+        return shown
 
     @abstractmethod
     def read_range(self, path: str, offset: int, length: int) -> bytes:

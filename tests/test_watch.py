@@ -1,0 +1,129 @@
+"""inspect --watch: incremental passes, and a live Ray Tune sweep followed as it runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import experiment_dir, run_cli, validate
+
+from ray_doctor.scan import ScanCache, scan
+
+
+def test_each_pass_reads_only_what_changed(fixtures: Path, tmp_path: Path) -> None:
+    experiment = tmp_path / "tune_trial_error"
+    shutil.copytree(experiment_dir(fixtures, "tune_trial_error"), experiment)
+    cache = ScanCache()
+
+    first = scan(str(experiment), cache=cache)
+    assert cache.read == 4 and cache.reused == 0  # three trial dirs and the state
+
+    second = scan(str(experiment), cache=cache)
+    assert cache.read == 0 and cache.reused == 4
+    assert [t.status for t in second.experiments[0].trials] == [
+        t.status for t in first.experiments[0].trials
+    ]
+
+    # One trial reports again: only its dir is read again, and the new row counts.
+    trial = next(t for t in first.experiments[0].trials if t.status.value == "TERMINATED")
+    result_json = Path(trial.path) / "result.json"
+    last = result_json.read_text().splitlines()[-1]
+    row = json.loads(last)
+    row["training_iteration"] += 1
+    with open(result_json, "a") as out:
+        out.write(json.dumps(row) + "\n")
+
+    third = scan(str(experiment), cache=cache)
+    assert cache.read == 1 and cache.reused == 3
+    grown = third.experiments[0].trial(trial.trial_id)
+    assert grown.history.rows == trial.history.rows + 1
+    assert grown.iterations == row["training_iteration"]
+
+
+def test_watch_ends_at_once_on_a_finished_experiment(fixtures: Path) -> None:
+    proc = run_cli(
+        "inspect", "--watch", "--interval", "0.2", "--format", "json",
+        str(experiment_dir(fixtures, "tune_trial_error")),
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "error trial-error" in proc.stderr and "the experiment ended" in proc.stderr
+    assert [f["rule"] for f in validate(json.loads(proc.stdout))["findings"]] == ["trial-error"]
+
+
+def test_watch_rejects_stdin() -> None:
+    proc = run_cli("inspect", "--watch", "-", stdin="")
+    assert proc.returncode == 2 and "not standard input" in proc.stderr
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_watch_follows_a_live_tune_sweep(tmp_path: Path, monkeypatch) -> None:
+    """A real sweep writes into a temp dir while `inspect --watch` follows it: the failing
+    trial is reported while the other still runs, and the watcher ends with the sweep."""
+    ray = pytest.importorskip("ray")
+    from ray import tune
+
+    # The driver syncs trial results and the experiment state to storage_path every second.
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    storage = tmp_path / "ray_results"
+    experiment = storage / "live_sweep"
+    report_file = tmp_path / "report.json"
+    with open(report_file, "w") as stdout:
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "ray_doctor", "inspect", "--watch", "--interval", "0.5",
+             "--format", "json", str(experiment)],
+            stdout=stdout, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "NO_COLOR": "1"},
+        )  # fmt: skip
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend((time.monotonic(), line) for line in watcher.stderr),
+        daemon=True,
+    )
+    reader.start()
+
+    def train(config):
+        for step in range(1, 21):
+            if config["lr"] == 0.1 and step == 3:
+                raise ValueError("lr=0.1 is too large: loss diverged")
+            tune.report({"loss": config["lr"] / step})
+            time.sleep(0.5)
+
+    temp_dir = tempfile.mkdtemp(prefix="rdw-", dir="/tmp")  # short: Ray's socket paths
+    try:
+        ray.init(num_cpus=2, _temp_dir=temp_dir, include_dashboard=False)
+        tuner = tune.Tuner(
+            train,
+            param_space={"lr": tune.grid_search([0.01, 0.1])},
+            run_config=tune.RunConfig(name="live_sweep", storage_path=str(storage)),
+        )
+        tuner.fit()
+        sweep_ended = time.monotonic()
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        code = watcher.wait(timeout=60)  # ends by itself once the sweep has ended
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    reader.join(timeout=10)
+
+    assert code == 1, lines
+    errors = [at for at, line in lines if "error trial-error" in line]
+    assert errors, lines
+    # Reported live: before the healthy trial's remaining ~8 s of steps were over.
+    assert errors[0] < sweep_ended - 3, (errors[0], sweep_ended, lines)
+    assert any("the experiment ended" in line for _, line in lines)
+    report = validate(json.loads(report_file.read_text()))
+    assert sorted(t["status"] for t in report["trials"]) == ["ERROR", "TERMINATED"]
+    assert [f["rule"] for f in report["findings"]] == ["trial-error"]
