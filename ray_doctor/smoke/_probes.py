@@ -1,6 +1,6 @@
 """Code that runs inside Ray workers: the Tune trial, the Train loop, the per-node probe.
 
-The runner ships this module to the workers *by value* (cloudpickle's
+The runner ships this module to the workers *by value* (Ray's serializer,
 `register_pickle_by_value`), so the nodes of a user's cluster need Ray and torch but not
 ray-doctor. Hence the rules of this file: it imports nothing from ray_doctor, and imports
 ray, torch and psutil inside the functions that need them. Probes never raise for what they

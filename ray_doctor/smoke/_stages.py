@@ -1013,7 +1013,7 @@ def load_entrypoint(spec: str):
     import importlib.util
     import sys
 
-    import ray.cloudpickle
+    from ray import cloudpickle as ray_serializer  # safe: only serializes our own code out
 
     target, _, attr = spec.rpartition(":")
     if target.endswith(".py") or os.sep in target:
@@ -1032,7 +1032,7 @@ def load_entrypoint(spec: str):
     for part in attr.split("."):
         value = getattr(value, part)
     if "site-packages" not in (getattr(module, "__file__", "") or ""):
-        ray.cloudpickle.register_pickle_by_value(module)
+        ray_serializer.register_pickle_by_value(module)  # safe: pickling out, never loading
     return value
 
 
