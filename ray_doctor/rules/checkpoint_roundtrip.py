@@ -7,21 +7,23 @@ from ray_doctor.rules._base import SmokeRule
 
 
 class CheckpointRoundtrip(SmokeRule):
-    """A checkpoint saved and reported from a real Tune trial did not come back whole when Tune
-    restored the trial.
+    """A checkpoint saved and reported from a real Tune trial did not come back whole when
+    another process restored it from storage.
 
     Symptom:
         The trial saves a checkpoint (1 MiB of random bytes, a torch tensor file and a manifest
-        of their hashes), reports it with `tune.report`, then fails on purpose; Tune restarts it
-        from that checkpoint. Here saving or reporting raised, the restored trial got no
-        checkpoint, files were missing, or their hashes differ from the manifest.
+        of their hashes) and reports it with `tune.report`, which uploads it to the storage
+        path; a Ray task (spread to another node where there is one) restores it with Ray's
+        `Checkpoint.as_directory()`. Here saving or reporting raised, the trial reported no
+        checkpoint, the restore raised, files were missing, or their hashes differ from the
+        manifest.
     Likely cause:
         Storage that does not keep what was written (a filesystem that is not shared between
-        nodes, so the restarted trial on another node finds nothing; an eventually consistent
+        nodes, so a process on another node finds nothing; an eventually consistent
         or size-limited object store; a full disk), or a `storage_path` the workers cannot read
         although the driver can.
     Evidence it uses:
-        The manifest written with the checkpoint, the hashes and file list the restored trial
+        The manifest written with the checkpoint, the hashes and file list the restoring task
         saw, which node wrote and which restored it, and the errors raised.
     Fix:
         Use a `storage_path` every node can read and write, a cloud URI (`s3://…`, `gs://…`) or

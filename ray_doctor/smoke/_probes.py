@@ -25,7 +25,6 @@ TIMED_MATMULS = 3
 CHECKPOINT_PAYLOAD_BYTES = 1 << 20
 CHECKPOINT_FILES = ("payload.bin", "tensor.pt", "manifest.json")
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CUDA_", "MASTER_", "OMP_NUM_THREADS")
-DELIBERATE = "ray-doctor smoke: deliberate failure after the checkpoint, so Tune restores it"
 
 
 class Collector:
@@ -416,43 +415,52 @@ def _read_checkpoint(directory: str) -> dict[str, Any]:
 
 
 def make_smoke_trial(collector, gpus: int, fraction: float, cpu_cap_bytes: int):
-    """The Tune trainable of the device and checkpoint stages.
-
-    First attempt: probe the devices, save a checkpoint, report it, then fail on purpose.
-    Tune restarts the trial (max_failures=1) and hands the checkpoint back through storage;
-    the second attempt checks it byte for byte. That is the path a real failure takes.
-    """
+    """The Tune trainable of the device and checkpoint stages: probe the devices, then save a
+    checkpoint and report it, which uploads it to the storage path. `restore_checkpoint`
+    then reads it back in another process."""
 
     def ray_doctor_smoke(config):
         import tempfile
 
         from ray import tune
 
-        checkpoint = tune.get_checkpoint()
-        if checkpoint is None:
-            collector.put.remote("device", device_probe(gpus, fraction, cpu_cap_bytes))
-            with tempfile.TemporaryDirectory() as directory:
-                try:
-                    manifest = _write_checkpoint(directory)
-                except Exception as exc:
-                    collector.put.remote("checkpoint_save", {"ok": False, "error": error_text(exc)})
-                    raise
-                started = time.perf_counter()
-                tune.report({"phase": 1}, checkpoint=tune.Checkpoint.from_directory(directory))
-                manifest["report_seconds"] = time.perf_counter() - started
-                collector.put.remote("checkpoint_save", {"ok": True, **manifest})
-            raise RuntimeError(DELIBERATE)
         started = time.perf_counter()
-        try:
-            with checkpoint.as_directory() as directory:
-                restored = _read_checkpoint(directory)
-        except Exception as exc:
-            restored = {"ok": False, "error": error_text(exc)}
-        restored["restore_seconds"] = time.perf_counter() - started
-        collector.put.remote("checkpoint_restore", restored)
-        tune.report({"phase": 2})
+        device = device_probe(gpus, fraction, cpu_cap_bytes)
+        device["probe_seconds"] = time.perf_counter() - started
+        collector.put.remote("device", device)
+        with tempfile.TemporaryDirectory() as directory:
+            try:
+                manifest = _write_checkpoint(directory)
+                started = time.perf_counter()
+                tune.report({"saved": 1}, checkpoint=tune.Checkpoint.from_directory(directory))
+                manifest["report_seconds"] = time.perf_counter() - started
+            except Exception as exc:
+                ray_get(
+                    collector.put.remote("checkpoint_save", {"ok": False, "error": error_text(exc)})
+                )
+                raise
+        ray_get(collector.put.remote("checkpoint_save", {"ok": True, **manifest}))
 
     return ray_doctor_smoke
+
+
+def restore_checkpoint(checkpoint) -> dict[str, Any]:
+    """Download a reported checkpoint from storage (Ray's own `Checkpoint.as_directory`) in
+    this process, and check it against the manifest saved with it."""
+    started = time.perf_counter()
+    try:
+        with checkpoint.as_directory() as directory:
+            restored = _read_checkpoint(directory)
+    except Exception as exc:
+        restored = {"ok": False, "error": error_text(exc)}
+    restored["restore_seconds"] = time.perf_counter() - started
+    return restored
+
+
+def ray_get(ref):
+    import ray
+
+    return ray.get(ref)
 
 
 # ----------------------------------------------------------------------------- collective

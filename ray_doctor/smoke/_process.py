@@ -30,6 +30,7 @@ LOG = "runner.log"
 POLL_S = 0.1
 STOP_GRACE_S = 20.0  # for the child to shut Ray down after SIGINT
 SWEEP_GRACE_S = 5.0
+EXIT_GRACE_S = 10.0  # for Ray's workers to exit after ray.shutdown(), before they are killed
 
 
 @dataclass
@@ -87,10 +88,14 @@ def own_processes(token: str, ray_temp_dir: str | None) -> list:
 
 
 def sweep(token: str, ray_temp_dir: str | None) -> list[str]:
-    """Terminate, then kill, whatever of this run is still alive; say what it was."""
+    """Terminate, then kill, whatever of this run is still alive; say what it was.
+
+    Ray's workers exit on their own a moment after their raylet: give them that moment."""
     import psutil
 
-    processes = own_processes(token, ray_temp_dir)
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while (processes := own_processes(token, ray_temp_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     named = []
     for process in processes:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,17 @@ OPTIONS = "options.json"
 
 
 class Events:
-    """Append-only JSON lines; each is flushed at once (the parent tails the file)."""
+    """Append-only JSON lines; each is flushed at once (the parent tails the file). Stages
+    run in threads, so writes take a lock."""
 
     def __init__(self, path: Path) -> None:
         self._file = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._lock = threading.Lock()
 
     def emit(self, kind: str, **data: Any) -> None:
-        self._file.write(json.dumps({"type": kind, "at": time.time(), **data}, default=str) + "\n")
+        line = json.dumps({"type": kind, "at": time.time(), **data}, default=str) + "\n"
+        with self._lock:
+            self._file.write(line)
 
     def stage(self, result: StageResult) -> None:
         self.emit("stage", **result.to_json())
@@ -62,6 +67,24 @@ def timed(events: Events, name: str, fn, *args):
     return result
 
 
+class Background:
+    """A stage in a daemon thread: the Tune and Train stages overlap (Train's controller
+    starts without CPUs while the trial runs), and Ctrl-C never waits on either."""
+
+    def __init__(self, fn, *args) -> None:
+        self._box: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        self._box["value"] = fn(*args)
+
+    def result(self):
+        while self._thread.is_alive():
+            self._thread.join(0.5)  # short joins: a KeyboardInterrupt gets through
+        return self._box.get("value")
+
+
 def run(options: SmokeOptions, events: Events) -> None:
     from ray_doctor.smoke import _stages
 
@@ -76,12 +99,23 @@ def run(options: SmokeOptions, events: Events) -> None:
     events.emit(
         "ray", version=cluster.details.get("ray_version"), address=cluster.details.get("address")
     )
+    _stages.ship_probes_by_value()
+    # Importing Tune and Train takes seconds: it is part of their stages' time.
+    for name in ("device", "collective"):
+        if name in selected or (name == "device" and "checkpoint" in selected):
+            events.emit("start", stage=name)
+    _stages.import_ray_libraries(options)
     probes = None
     if {"port", "environment"} & selected:
         probes = _stages.start_node_probes(ctx)
     _stages.check_storage(ctx)
+    tune_job = train_job = None
     if {"device", "checkpoint"} & selected:
-        results = timed(events, "device", _stages.tune_stages, ctx)
+        tune_job = Background(timed, events, "device", _stages.tune_stages, ctx)
+    if "collective" in selected:
+        train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
+    if tune_job is not None:
+        results = tune_job.result()
         if isinstance(results, StageResult):  # one ERROR result for both
             results = (results, StageResult("checkpoint", results.status, message=results.message))
         for result in results:
@@ -95,8 +129,8 @@ def run(options: SmokeOptions, events: Events) -> None:
             environment, facts = _stages.environment_stage(ctx, gathered)
             events.emit("environment", environment=facts)
             events.stage(environment)
-    if "collective" in selected:
-        events.stage(timed(events, "collective", _stages.collective_stage, ctx))
+    if train_job is not None:
+        events.stage(train_job.result())
     if "relaunch" in selected:
         facts = timed(events, "relaunch", _stages.relaunch_run, ctx)
         if isinstance(facts, StageResult):

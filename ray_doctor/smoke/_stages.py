@@ -21,6 +21,7 @@ from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import classify, finding, gib, text_evidence
 from ray_doctor.smoke._model import CPU_ALLOCATION_CAP, SmokeOptions, StageResult, StageStatus
 from ray_doctor.smoke._resources import Bundle, NodeResources, describe, place, shortfall, total
+from ray_doctor.storage import shown_target
 
 NAMESPACE = "ray-doctor-smoke"
 CONNECT_TIMEOUT_S = 5.0
@@ -72,6 +73,22 @@ def bounded(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any, BaseExcep
     thread.start()
     thread.join(seconds)
     return not thread.is_alive(), box.get("value"), box.get("error")
+
+
+def import_ray_libraries(options: SmokeOptions) -> None:
+    """Import Tune and Train before their stages start in threads: Ray's modules import each
+    other, and two threads importing them at once see half-initialised modules."""
+    if {"device", "checkpoint", "relaunch"} & set(options.stages):
+        import ray.tune
+    if "collective" in options.stages:
+        import ray.train.torch  # noqa: F401
+
+
+def ship_probes_by_value() -> None:
+    """Send the probe code to workers inside the tasks, so nodes need no ray-doctor."""
+    from ray import cloudpickle as ray_serializer  # safe: only serializes our own code out
+
+    ray_serializer.register_pickle_by_value(_probes)  # safe: pickling out, never loading
 
 
 def _collector():
@@ -547,7 +564,8 @@ def check_storage(ctx: Context) -> None:
 
 
 def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
-    """One real Tune trial with the requested resources: device probe, checkpoint, restore."""
+    """One real Tune trial with the requested resources probes the devices and reports a
+    checkpoint; a Ray task (no CPUs, spread to another node where there is one) restores it."""
     from ray import tune
 
     options = ctx.options
@@ -564,7 +582,7 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
             name=ctx.run_name,
             storage_path=ctx.storage,
             verbose=0,
-            failure_config=tune.FailureConfig(max_failures=1),
+            failure_config=tune.FailureConfig(max_failures=0),
         ),
     )
     started = time.monotonic()
@@ -576,6 +594,8 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
         trial_error = _probes.error_text(error)
     elif finished and results is not None and len(results) and results[0].error is not None:
         trial_error = _probes.error_text(results[0].error)
+    if finished and results is not None and len(results) and results[0].checkpoint is not None:
+        values["checkpoint_restore"] = _restore(ctx, results[0].checkpoint)
     run = {
         "seconds": seconds,
         "finished": finished,
@@ -586,6 +606,18 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
         "trial_error": trial_error,
     }
     return _device_result(ctx, values, run), _checkpoint_result(ctx, values, run)
+
+
+def _restore(ctx: Context, checkpoint) -> dict[str, Any]:
+    import ray
+
+    restore = ray.remote(num_cpus=0, max_retries=0, scheduling_strategy="SPREAD")(
+        _probes.restore_checkpoint
+    )
+    try:
+        return ray.get(restore.remote(checkpoint), timeout=ctx.budget(TUNE_STAGE_S))
+    except Exception as exc:
+        return {"ok": False, "error": _probes.error_text(exc)}
 
 
 def _out_of_time(stage: str, run: dict[str, Any]) -> StageResult:
@@ -632,7 +664,7 @@ def _device_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]) ->
     details.update(matmul=device.get("matmul", []), headroom=device.get("headroom", []))
     where = f"trial on {device.get('node_ip')}"
     findings = _visibility(ctx, device, where) + _compute(device, where) + _headroom(device, where)
-    seconds = run["seconds"]  # the trial: scheduling, the probe, the checkpoint and the retry
+    seconds = run["seconds"]  # the trial: scheduling, the probe and the checkpoint
     details["tune_run_seconds"] = seconds
     if findings:
         status = (
@@ -777,7 +809,7 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
     }
     findings = []
     if ctx.storage_error:
-        uri = ctx.options.storage_path or ""
+        uri = shown_target(ctx.options.storage_path or "")
         message = f"The storage path {uri} cannot be written from this driver: {ctx.storage_error}"
         evidence = [Evidence(uri, None, ctx.storage_error)]
         fix = (
@@ -812,7 +844,7 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
         return _out_of_time("checkpoint", run)
     elif restored is None:
         error = (run.get("trial_error") or "").strip().splitlines()
-        problem = "Tune restarted the trial without handing it the checkpoint" + (
+        problem = "the trial reported no checkpoint Tune could hand back" + (
             f" ({error[-1]})" if error else ""
         )
     elif not restored.get("ok"):
@@ -820,8 +852,8 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
             restored.get("problems") or [restored.get("error", "?")]
         )
     if problem:
-        message = f"Checkpoint round trip through {ctx.storage} failed: {problem}."
-        evidence = [Evidence(ctx.storage, None, problem)]
+        message = f"Checkpoint round trip through {shown_target(ctx.storage)} failed: {problem}."
+        evidence = [Evidence(shown_target(ctx.storage), None, problem)]
         fix = (
             "Use a storage_path every node can read and write (a cloud URI or a shared mount), "
             "with enough space; re-run `ray-doctor smoke --storage-path URI` until this passes."
@@ -841,8 +873,9 @@ def _checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]
     writer = (saved.get("written_by") or {}) if saved else {}
     reader = restored.get("restored_by") or {}
     message = (
-        f"Saved on {writer.get('ip')} (pid {writer.get('pid')}), reported to {ctx.storage} in "
-        f"{saved.get('report_seconds', 0):.2f} s, restored by Tune's retry on {reader.get('ip')} "
+        f"Saved on {writer.get('ip')} (pid {writer.get('pid')}), reported to "
+        f"{shown_target(ctx.storage)} in {saved.get('report_seconds', 0):.2f} s, restored by a "
+        f"Ray task on {reader.get('ip')} "
         f"(pid {reader.get('pid')}) in {restored.get('restore_seconds', 0):.2f} s; every byte matches."
     )
     return StageResult(
@@ -1013,8 +1046,6 @@ def load_entrypoint(spec: str):
     import importlib.util
     import sys
 
-    from ray import cloudpickle as ray_serializer  # safe: only serializes our own code out
-
     target, _, attr = spec.rpartition(":")
     if target.endswith(".py") or os.sep in target:
         path = os.path.abspath(target)
@@ -1032,6 +1063,8 @@ def load_entrypoint(spec: str):
     for part in attr.split("."):
         value = getattr(value, part)
     if "site-packages" not in (getattr(module, "__file__", "") or ""):
+        from ray import cloudpickle as ray_serializer  # safe: only serializes user code out
+
         ray_serializer.register_pickle_by_value(module)  # safe: pickling out, never loading
     return value
 

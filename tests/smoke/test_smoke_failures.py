@@ -35,8 +35,10 @@ def test_timeout_ends_everything_and_reports_what_finished(tmp_path):
     assert run.returncode == 2
     assert run.seconds < 14 + 25, "the run is stopped at --timeout, with a grace to clean up"
     assert run.stage("cluster")["status"] == "pass"
-    unfinished = [s for s in run.report["stages"] if s["status"] == "error"]
-    assert unfinished, run.report["stages"]
+    # What was running when time ran out is an error; what never started is skipped.
+    later = {s["name"]: s["status"] for s in run.report["stages"][1:]}
+    assert set(later.values()) <= {"error", "skip"}, later
+    assert later["device"] == "error" or later["collective"] == "error", later
     assert any("--timeout 14" in e["reason"] for e in run.report["errors"])
     assert_nothing_left(run)
 
