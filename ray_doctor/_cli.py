@@ -46,6 +46,18 @@ class ColorMode(str, Enum):
     never = "never"
 
 
+# The report options every command takes, declared once.
+FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
+OutputOption = Annotated[
+    Optional[Path],  # noqa: UP045 - typer needs Optional on older Pythons
+    typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
+]
+FailOnOption = Annotated[
+    FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
+]
+ColorOption = Annotated[ColorMode, typer.Option("--color", help="Colour output.")]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"ray-doctor {__version__}")
@@ -202,22 +214,15 @@ def inspect(
             "driver's output) to read too. Repeatable.",
         ),
     ] = None,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = OutputFormat.terminal,
-    output: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
-    ] = None,
-    fail_on: Annotated[
-        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
-    ] = FailOn.error,
+    output_format: FormatOption = OutputFormat.terminal,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     max_rows: Annotated[
         int, typer.Option("--max-rows", help="Trial rows in the terminal table (0: all).")
     ] = 20,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Parallel reads.")] = 8,
-    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+    color: ColorOption = ColorMode.auto,
     watch: Annotated[
         bool,
         typer.Option(
@@ -375,18 +380,11 @@ def verify_checkpoint(
     values: Annotated[
         bool, typer.Option("--values/--no-values", help="Check tensor values for NaN / Inf.")
     ] = True,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = OutputFormat.terminal,
-    output: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
-    ] = None,
-    fail_on: Annotated[
-        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
-    ] = FailOn.error,
+    output_format: FormatOption = OutputFormat.terminal,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No notes on stderr.")] = False,
-    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Check a checkpoint is whole, sane and safe to load, without executing it."""
     from ray_doctor.checkpoint import VerifyFailure, diagnose, verify, verify_all
@@ -501,18 +499,11 @@ def smoke(
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep smoke's experiments, logs and Ray temp dir.")
     ] = False,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--format", "-f", help="Output format.")
-    ] = OutputFormat.terminal,
-    output: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option("--output", "-o", help="Write the report to this file instead of stdout."),
-    ] = None,
-    fail_on: Annotated[
-        FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at least this severe.")
-    ] = FailOn.error,
+    output_format: FormatOption = OutputFormat.terminal,
+    output: OutputOption = None,
+    fail_on: FailOnOption = FailOn.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")] = False,
-    color: Annotated[ColorMode, typer.Option("--color", help="Colour output.")] = ColorMode.auto,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Run real Ray Tune and Ray Train smoke trials to confirm or refute a diagnosis."""
     from ray_doctor.report import build_smoke_report
