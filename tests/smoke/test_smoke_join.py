@@ -1,6 +1,7 @@
 """Smoke joins an existing cluster (`ray start --head`) and leaves it as it found it."""
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,8 @@ def ray_head(tmp_path_factory):
     _, alive = psutil.wait_procs(processes, timeout=15)
     for process in alive:
         process.kill()
+    psutil.wait_procs(alive, timeout=5)
+    shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_joins_a_token_cluster_and_says_drivers_need_token_mode(ray_head, tmp_path):
