@@ -10,8 +10,7 @@ from __future__ import annotations
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, one_line
 from ray_doctor.rules._signature import Signature
-
-GIB = float(1 << 30)
+from ray_doctor.smoke._resources import GIB
 
 
 def finding(

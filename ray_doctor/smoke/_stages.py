@@ -404,6 +404,17 @@ def gather_probes(ctx: Context, started: list[tuple[NodeResources, Any]]) -> lis
     return out
 
 
+def _probe_error(stage: str, what: str, text: str, details: dict[str, Any]) -> StageResult:
+    """A stage whose node probes did not run: it could not be evaluated."""
+    return StageResult(
+        stage,
+        StageStatus.ERROR,
+        message=f"{what}: {text.splitlines()[-1]}",
+        evidence=[text_evidence("node probe", text)],
+        details=details,
+    )
+
+
 def port_stage(ctx: Context, probes: list[dict[str, Any]]) -> StageResult:
     port = ctx.options.master_port
     checked = [p for p in probes if "port" in p]
@@ -458,14 +469,7 @@ def port_stage(ctx: Context, probes: list[dict[str, Any]]) -> StageResult:
             findings=findings,
         )
     if unknown and not checked:
-        text = unknown[0]["error"]
-        return StageResult(
-            "port",
-            StageStatus.ERROR,
-            message=f"The port probe did not run: {text.splitlines()[-1]}",
-            evidence=[text_evidence("port probe", text)],
-            details=details,
-        )
+        return _probe_error("port", "The port probe did not run", unknown[0]["error"], details)
     where = ", ".join(p["node"].ip for p in checked)
     count = f"{len(checked)} worker node{'s' if len(checked) != 1 else ''}"
     message = f"Port {port} ({ctx.options.master_port_from}) can be bound on {count}: {where}."
@@ -495,13 +499,8 @@ def environment_stage(
     environment = {"driver": _probes.fingerprint(), "nodes": nodes}
     failed = [n for n in nodes if "error" in n]
     if failed and len(failed) == len(nodes):
-        text = failed[0]["error"]
-        return StageResult(
-            "environment",
-            StageStatus.ERROR,
-            message=f"No node answered the probe: {text.splitlines()[-1]}",
-            evidence=[text_evidence("node probe", text)],
-        ), environment
+        error = _probe_error("environment", "No node answered the probe", failed[0]["error"], {})
+        return error, environment
     lines = []
     for node in nodes:
         if "error" in node:
