@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ray_doctor.findings import Finding, Related, Severity
-from ray_doctor.model import ScanResult
+from ray_doctor.model import Layout, ScanResult
 from ray_doctor.rules._base import Rule, RuleDoc
 from ray_doctor.rules.checkpoint_corrupt import CheckpointCorrupt
 from ray_doctor.rules.checkpoint_empty import CheckpointEmpty
@@ -95,17 +95,22 @@ REGISTRY: dict[str, type[Rule]] = {rule.id: rule for rule in RULES}
 assert len(REGISTRY) == len(RULES), "two rules share an id"
 
 
-def fold(findings: Iterable[Finding]) -> list[Finding]:
-    """One failure, one headline: per subject, the most specific finding keeps the others."""
+def fold(findings: Iterable[Finding], one_story: str | None = None) -> list[Finding]:
+    """One failure, one headline: per subject, the most specific finding keeps the others.
+
+    `one_story`: a text input (a pasted log, an error excerpt) tells one failure, whatever
+    number of tracebacks and kill notices it holds; every finding about it shares that subject,
+    so the cause leads and the symptoms it produced fold under it."""
     kept: list[Finding] = []
     leaders: dict[str, Finding] = {}
     for finding in sorted(findings, key=lambda f: -f.specificity):
         if finding.subject is None:
             kept.append(finding)
             continue
-        leader = leaders.get(finding.subject)
+        subject = one_story or finding.subject
+        leader = leaders.get(subject)
         if leader is None:
-            leaders[finding.subject] = finding
+            leaders[subject] = finding
             kept.append(finding)
         else:
             leader.related.append(Related(finding.rule, finding.title, finding.message))
@@ -118,7 +123,8 @@ def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = INSPECT_RULES) -
     instances = [rule() for rule in rules]
     findings: list[Finding] = []
     for experiment in result.experiments:
-        own = fold(f for rule in instances for f in rule.check(experiment))
+        story = f"text:{experiment.path}" if experiment.layout == Layout.LOG else None
+        own = fold((f for rule in instances for f in rule.check(experiment)), story)
         for rule in instances:
             if getattr(rule, "needs_findings", False):
                 own += list(rule.check_findings(experiment, own))
@@ -129,6 +135,7 @@ def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = INSPECT_RULES) -
         key=lambda f: (
             -f.severity.rank,
             f.experiment or "",
+            -f.specificity,  # cause before symptom
             order.get(f.rule, 99),
             f.trial_id or "",
         ),

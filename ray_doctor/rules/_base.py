@@ -44,15 +44,29 @@ def parse_doc(text: str) -> RuleDoc:
     )
 
 
+class Precedence:
+    """Cause before symptom. A port in use makes the rendezvous time out; an OOM kill makes the
+    other ranks' collective time out and Tune say "Trials did not complete"; a full disk
+    truncates the checkpoint that later fails to load. The lower level folds under the higher."""
+
+    INCOMPLETE = 0  # trials did not complete: says that, not why
+    ERROR = 1  # an error reported as it stands (unknown cause)
+    RETRIES = 2  # how often it failed
+    TRANSPORT = 3  # a communication library failed (NCCL): often the echo of another failure
+    HANG = 4  # a collective or rendezvous timed out: some other rank or process is the cause
+    CODE_OR_DATA = 5  # the program or its files are wrong (state dict, device, checkpoint, NaN)
+    ENVIRONMENT = 6  # the machine or cluster: memory, disk, port, storage, modules, resources
+
+
 class Rule(ABC):
     """Subclasses set the class attributes and write their doc in the fixed sections."""
 
     id: ClassVar[str]
     title: ClassVar[str]
     severity: ClassVar[Severity]
-    # Higher leads when several rules explain one failure: 0 generic, 1 about retries,
-    # 2 a specific cause.
-    specificity: ClassVar[int] = 0
+    # Higher leads when several rules explain one failure, and orders the headlines: a cause
+    # comes before the symptoms it produced (see `Precedence`).
+    specificity: ClassVar[int] = Precedence.INCOMPLETE
     # A bundled fixture that shows the rule firing; docs and tests run it.
     example: ClassVar[str | None] = None
     example_args: ClassVar[tuple[str, ...]] = ()  # extra command-line arguments for it

@@ -16,6 +16,7 @@ from typing import ClassVar
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
+    Precedence,
     Rule,
     failure_evidence,
     failure_subject,
@@ -88,7 +89,7 @@ class SignatureRule(Rule):
     """A rule whose evidence is text. Subclasses set `signatures` and write `explain`."""
 
     signatures: ClassVar[tuple[Signature, ...]] = ()
-    specificity = 2
+    specificity = Precedence.CODE_OR_DATA
     # Also fire on log lines when no failure carries the signature (e.g. raylet.out kills).
     use_events: ClassVar[bool] = True
     # Where log text names the process it is about (e.g. the worker a kill chose): matched

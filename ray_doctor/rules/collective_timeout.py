@@ -6,7 +6,7 @@ import re
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_match, hit_text, signatures
 
 HANG = signatures(
@@ -67,7 +67,7 @@ class CollectiveTimeout(SignatureRule):
     title = "Collective operation timed out"
     severity = Severity.ERROR
     commands = ("inspect", "smoke")
-    specificity = 3  # more specific than a generic NCCL error about the same failure
+    specificity = Precedence.HANG
     example = "fixtures/train_v2_collective_timeout"
     signatures = HANG
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, signatures
 
 FULL = signatures(
@@ -39,6 +39,7 @@ class DiskFull(SignatureRule):
         - https://docs.ray.io/en/latest/ray-core/objects/object-spilling.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "disk-full"
     title = "Disk full"
     severity = Severity.ERROR

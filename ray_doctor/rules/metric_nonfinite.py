@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Trial
-from ray_doctor.rules._base import Rule, failure_evidence, subject_name, trial_subject
+from ray_doctor.rules._base import Precedence, Rule, failure_evidence, subject_name, trial_subject
 from ray_doctor.rules._signature import ended_by, search, signatures
 
 ANOMALY = signatures(
@@ -48,7 +48,7 @@ class MetricNonfinite(Rule):
     id = "metric-nonfinite"
     title = "Metric became NaN or infinite"
     severity = Severity.WARNING
-    specificity = 2
+    specificity = Precedence.CODE_OR_DATA
     example = "fixtures/tune_nan_metrics"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:

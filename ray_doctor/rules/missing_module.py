@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, signatures
 
 MISSING = signatures(
@@ -35,6 +35,7 @@ class MissingModule(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/debugging.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "missing-module"
     title = "Module missing in the worker's environment"
     severity = Severity.ERROR

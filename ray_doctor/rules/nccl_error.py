@@ -6,7 +6,7 @@ import re
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
 
 NCCL = signatures(
@@ -58,6 +58,7 @@ class NcclError(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/debugging.html
     """
 
+    specificity = Precedence.TRANSPORT
     id = "nccl-error"
     title = "NCCL error"
     severity = Severity.ERROR

@@ -10,7 +10,7 @@ import re
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
@@ -107,6 +107,7 @@ class OomRayMemoryMonitor(SignatureRule):
         - https://docs.ray.io/en/latest/ray-observability/user-guides/debug-apps/debug-memory.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "oom-ray-memory-monitor"
     title = "Killed by Ray's memory monitor"
     severity = Severity.ERROR
@@ -172,6 +173,7 @@ class OomCuda(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/fault-tolerance.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "oom-cuda"
     title = "GPU out of memory"
     severity = Severity.ERROR
@@ -243,6 +245,7 @@ class OomKilledByOs(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/fault-tolerance.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "oom-killed-by-os"
     title = "Worker killed without an exception (likely the OS OOM killer)"
     severity = Severity.ERROR

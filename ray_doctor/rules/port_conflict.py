@@ -6,7 +6,7 @@ import re
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
 
 IN_USE = signatures(
@@ -42,6 +42,7 @@ class PortConflict(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/debugging.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "port-conflict"
     title = "Port already in use"
     severity = Severity.ERROR

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ray_doctor.model import Evidence, Experiment, Restart, Trial, TrialStatus
-from ray_doctor.rules._base import Finding, Rule, Severity
+from ray_doctor.rules._base import Finding, Precedence, Rule, Severity
 
 
 def _restored_from(trial: Trial, restart: Restart) -> str:
@@ -45,7 +45,7 @@ class RecoveredAfterFailure(Rule):
     id = "recovered-after-failure"
     title = "Trial recovered after a failure"
     severity = Severity.INFO
-    specificity = 0
+    specificity = Precedence.INCOMPLETE
     example = "fixtures/tune_recovered"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:

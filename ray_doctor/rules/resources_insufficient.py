@@ -6,7 +6,7 @@ import re
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures
 
 WAITING = signatures(
@@ -62,6 +62,7 @@ class ResourcesInsufficient(SignatureRule):
         - https://docs.ray.io/en/latest/train/user-guides/using-gpus.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "resources-insufficient"
     title = "Not enough cluster resources to start"
     severity = Severity.ERROR

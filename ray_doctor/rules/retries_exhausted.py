@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ray_doctor.model import Experiment, TrialStatus
-from ray_doctor.rules._base import Finding, Rule, Severity, failure_evidence
+from ray_doctor.rules._base import Finding, Precedence, Rule, Severity, failure_evidence
 
 
 class RetriesExhausted(Rule):
@@ -35,7 +35,7 @@ class RetriesExhausted(Rule):
     id = "retries-exhausted"
     title = "Retries exhausted"
     severity = Severity.ERROR
-    specificity = 1
+    specificity = Precedence.RETRIES
     example = "fixtures/tune_retries_exhausted"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:

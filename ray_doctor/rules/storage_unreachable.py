@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment
-from ray_doctor.rules._base import subject_name
+from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, signatures
 from ray_doctor.storage import is_uri
 
@@ -48,6 +48,7 @@ class StorageUnreachable(SignatureRule):
         - https://docs.ray.io/en/latest/tune/tutorials/tune-storage.html
     """
 
+    specificity = Precedence.ENVIRONMENT
     id = "storage-unreachable"
     title = "Storage not reachable"
     severity = Severity.ERROR

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from ray_doctor.model import Experiment, Failure, TrialStatus
 from ray_doctor.rules._base import (
     Finding,
+    Precedence,
     Rule,
     Severity,
     describe_frame,
@@ -60,7 +61,7 @@ class TrialError(Rule):
     id = "trial-error"
     title = "Trial failed"
     severity = Severity.ERROR
-    specificity = 0
+    specificity = Precedence.ERROR
     example = "fixtures/tune_trial_error"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ray_doctor.model import Evidence, Experiment
-from ray_doctor.rules._base import Finding, Rule, Severity, stop_subject
+from ray_doctor.rules._base import Finding, Precedence, Rule, Severity, stop_subject
 
 SHOWN = 5
 
@@ -38,7 +38,7 @@ class TrialIncomplete(Rule):
     id = "trial-incomplete"
     title = "Trials did not complete"
     severity = Severity.ERROR
-    specificity = 0
+    specificity = Precedence.INCOMPLETE
     example = "fixtures/tune_driver_killed"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:

@@ -6,7 +6,8 @@ import re
 from collections.abc import Iterable
 
 from ray_doctor.model import Evidence, Failure
-from ray_doctor.scan._traceback import parse_failure, strip_ansi
+from ray_doctor.scan._normalise import TextLine, normalise_lines
+from ray_doctor.scan._traceback import parse_failure
 
 HEADER = re.compile(r"^Failure # (?P<n>\d+) \(occurred at (?P<time>[^)]*)\)\s*$")
 # A block keeps its first and last lines; a failure's meat is at both ends.
@@ -36,10 +37,15 @@ class _Block:
 
 def parse_error_lines(lines: Iterable[str], path: str) -> list[Failure]:
     """Split error text into failures; text before the first header is one failure too."""
+    return parse_error_text(normalise_lines(lines), path)
+
+
+def parse_error_text(lines: Iterable[TextLine], path: str) -> list[Failure]:
+    """`parse_error_lines` for text the normaliser has already read."""
     blocks: list[_Block] = []
     current: _Block | None = None
-    for lineno, raw in enumerate(lines, start=1):
-        line = strip_ansi(raw.rstrip("\r\n"))
+    for text_line in lines:
+        lineno, line = text_line.lineno, text_line.text
         header = HEADER.match(line)
         if header:
             evidence = Evidence(path, lineno, line.strip())

@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
-from ray_doctor.scan._errorfile import HEADER, parse_error_lines
-from ray_doctor.scan._traceback import CHAIN_MARKERS, is_exception_line, parse_failure, strip_ansi
+from ray_doctor.scan._errorfile import HEADER, parse_error_text
+from ray_doctor.scan._normalise import TextLine, normalise_lines
+from ray_doctor.scan._traceback import CHAIN_MARKERS, is_exception_line, parse_failure
 from ray_doctor.storage import Entry, Storage, StorageError
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
@@ -126,15 +127,21 @@ class _TextLogParser:
         self.block_pid: str | None = None
         self.after_exception = 0  # message lines allowed after an exception line
         self.pending_blank: tuple[int, str] | None = None
+        self.record_start = False  # a collector's prefix stood before the current line
+        self.ranks_seen: set[int] = set()  # `[rankN]:` prefixes of the current block
 
-    def feed(self, lineno: int, raw: str) -> None:
-        line = DEDUP_SUFFIX.sub("", strip_ansi(raw.rstrip("\r\n")))
+    def feed(self, text_line: TextLine) -> None:
+        lineno = text_line.lineno
+        line = DEDUP_SUFFIX.sub("", text_line.text)
+        self.record_start = text_line.prefixed
         prefix = WORKER_PREFIX.match(line)
         pid = None  # set when the driver forwarded a worker's line
         if prefix:
             pid = prefix["pid"]
             line = line[prefix.end() :]
         if self.block is not None and self._continues(lineno, line):
+            if text_line.rank is not None:
+                self.ranks_seen.add(text_line.rank)
             return
         if self.block is not None:
             self._close()
@@ -150,9 +157,12 @@ class _TextLogParser:
             self._event(lineno, line, pid)
         if line.strip():
             self.context.append(line)
+        if self.block is not None and text_line.rank is not None:
+            self.ranks_seen.add(text_line.rank)
 
     def _open(self, lineno: int, line: str, pid: str | None, header: bool) -> None:
         self.block = [(lineno, line)]
+        self.ranks_seen = set()
         self.block_header = header
         self.block_context = list(self.context)
         self.block_pid = pid
@@ -183,7 +193,7 @@ class _TextLogParser:
             self.block.append((lineno, line))
             self.after_exception = MAX_MESSAGE_CONTINUATION
             return True
-        if self.after_exception > 0 and not RECORD_START.match(line):
+        if self.after_exception > 0 and not self.record_start and not RECORD_START.match(line):
             self.after_exception -= 1
             self.block.append((lineno, line))
             return True
@@ -195,6 +205,7 @@ class _TextLogParser:
             return
         failure = parse_failure(block[1:] if self.block_header else block, self.path)
         failure.source = Evidence(self.path, block[0][0], block[0][1].strip())
+        failure.ranks += sorted(self.ranks_seen - set(failure.ranks))
         recent = self.block_context[-2:]
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
         claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
@@ -237,22 +248,22 @@ class _TextLogParser:
 
 def parse_text_log(lines: Iterable[str], path: str, pid: str | None = None) -> LogResult:
     """A driver log, a worker .err/.out, or any text; error.txt content is recognised."""
-    lines = iter(lines)
-    head: list[str] = []
-    for line in lines:
+    logical = normalise_lines(lines)
+    head: list[TextLine] = []
+    for line in logical:
         head.append(line)
-        if line.strip():
+        if line.text.strip():
             break
-    if head and HEADER.match(strip_ansi(head[-1].rstrip("\r\n"))):
-        failures = parse_error_lines(_chain(head, lines), path)
+    if head and HEADER.match(head[-1].text):
+        failures = parse_error_text(_chain(head, logical), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
-    for lineno, line in enumerate(_chain(head, lines), start=1):
-        parser.feed(lineno, line)
+    for line in _chain(head, logical):
+        parser.feed(line)
     return parser.finish()
 
 
-def _chain(head: list[str], rest: Iterator[str]) -> Iterator[str]:
+def _chain(head: list[TextLine], rest: Iterator[TextLine]) -> Iterator[TextLine]:
     yield from head
     yield from rest
 

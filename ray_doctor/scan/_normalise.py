@@ -1,0 +1,200 @@
+"""One text normaliser for every text input: text as people paste it is not text as programs wrote it.
+
+Between a program's `print` and ray-doctor, real error text picks up:
+- colour codes: raw ESC sequences, or escaped by whatever stored them (journald's `#033[2m`,
+  caret notation `^[[33m`, `\\x1b[`, `\\033[`, `\\u001b[`), or with the ESC lost in a copy
+  (`[36m(pid=12)[0m`);
+- log-collector prefixes: ISO timestamps, CRI's `stdout F`, `kubectl logs --prefix`'s
+  `[pod/name/container]`, syslog's `Mon DD HH:MM:SS host proc[pid]:`, dmesg's `[  123.45]`,
+  torchrun's `[rank0]:` / `[default0]:`, mpirun's `[1,0]<stderr>:`, `srun -l`'s `0:`,
+  DeepSpeed's `host: `;
+- JSON-lines records (Ray's structured logging, Fluentd, Loki exports): the text is a field;
+- Markdown: `> ` quotes and code fences; HTML entities (`&lt;`, `&#39;`); CRLF;
+- hard wrapping at a fixed column (mid-word) by a terminal or a mail client.
+
+`normalise_lines` undoes all of that and yields `TextLine`s that keep the number of the line
+they started on, so evidence still points at the original text. The rank a `[rankN]:` prefix
+named is kept: it says which process printed the line.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+# Colour / cursor codes in every form seen in pasted logs. The ESC may be a real byte, an
+# escaped spelling of it, or gone (only `[0m` is left).
+ANSI_CODES = re.compile(
+    r"(?:\x1b|#033|\^\[|\\x1b|\\033|\\u001b|\\e)\[[0-9;?]*[A-Za-z]"
+    r"|(?<![\w\]])\[(?:\d{1,3};)*\d{1,3}m"
+)
+MARKDOWN_QUOTE = re.compile(r"^(?:\s{0,3}>\s?)+")
+CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
+# Prefixes a collector or launcher puts before the program's own line, tried in order until
+# none matches. Ray's own records keep their timestamps (the parser uses them as record starts).
+COLLECTOR_PREFIXES = (
+    # CRI / containerd log files: `2024-01-01T00:00:00.123456789Z stdout F `.
+    re.compile(
+        r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s+(?:stdout|stderr)\s+[FP]\s"
+    ),
+    # `kubectl logs --prefix`: `[pod/ray-head-xyz/ray-head] `.
+    re.compile(r"^\[pod/[^\]\s]+\]\s"),
+    # A collector's ISO timestamp (with a T or a zone) before the line: Loki, Datadog, CloudWatch.
+    re.compile(
+        r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s*(?:\|\s*)?"
+    ),
+    # syslog / journalctl: `Nov 23 04:23:46 host kernel: `, `Nov 23 04:23:46 host app[123]: `.
+    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [\w./-]+(?:\[\d+\])?: "),
+    # dmesg: `[12345.678901] ` and `dmesg -T`: `[Mon Nov 23 04:23:46 2026] `.
+    re.compile(r"^\[\s*\d+\.\d+\]\s|^\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d [\d:]{8} \d{4}\]\s"),
+    # mpirun --tag-output: `[1,0]<stderr>:`.
+    re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:"),
+    # `srun -l`: `0: `; DeepSpeed's pdsh launcher: `worker-1: `, `localhost: `, `10.0.0.1: `.
+    re.compile(r"^\d{1,4}: (?=\S|\s+File )"),
+    re.compile(
+        r"^(?:localhost|worker-\d+|\d{1,3}(?:\.\d{1,3}){3}|[a-z][\w-]*-\d+): (?=\S|\s+File )"
+    ),
+)
+# torchrun / torch.distributed: `[rank3]:`, `[default3]:` (one per local rank with --tee).
+RANK_PREFIX = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]: ?")
+JSON_TEXT_FIELDS = ("message", "msg", "log", "MESSAGE", "textPayload", "line", "text")
+JSON_TRACE_FIELDS = ("exc_text", "exc_info", "stack_trace", "traceback", "exception")
+# Pasted text is read whole to undo hard wrapping; longer inputs are logs written by programs,
+# which do not wrap, and are streamed.
+MAX_BUFFERED_LINES = 20_000
+MIN_WRAP_WIDTH = 60
+MIN_WRAPPED_LINES = 3
+
+
+@dataclass(frozen=True)
+class TextLine:
+    """A logical line of text: where it started, its normalised text, what stood before it."""
+
+    lineno: int
+    text: str
+    prefixed: bool = False  # a collector put a prefix before it: a record of its own
+    rank: int | None = None
+
+
+def clean(raw: str) -> tuple[str, bool, int | None]:
+    """(text, prefixed, rank) for one physical line."""
+    line = raw.rstrip("\r\n").replace("\r", "")
+    if "&" in line and ";" in line:
+        line = html.unescape(line)
+    line = ANSI_CODES.sub("", line)
+    quote = MARKDOWN_QUOTE.match(line)
+    if quote:
+        line = line[quote.end() :]
+    if CODE_FENCE.match(line):
+        return "", False, None
+    prefixed = False
+    rank = None
+    for _ in range(4):  # prefixes stack: a timestamp, then a rank, then a host
+        found = _strip_prefix(line)
+        if found is None:
+            break
+        line, rank_here = found
+        prefixed = True
+        rank = rank if rank_here is None else rank_here
+    return line, prefixed, rank
+
+
+def _strip_prefix(line: str) -> tuple[str, int | None] | None:
+    ranked = RANK_PREFIX.match(line)
+    if ranked:
+        return line[ranked.end() :], int(ranked["rank"])
+    for pattern in COLLECTOR_PREFIXES:
+        match = pattern.match(line)
+        if match and match.end() < len(line):
+            return line[match.end() :], None
+    return None
+
+
+def _json_texts(line: str) -> list[str] | None:
+    """The text lines of a JSON-lines log record, or None when the line is not one."""
+    stripped = line.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return None
+    try:
+        record = json.loads(stripped)
+    except ValueError:
+        return None
+    if not isinstance(record, dict):
+        return None
+    texts = []
+    for key in JSON_TEXT_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            nested = _json_texts(value)  # Fluentd wraps a JSON log line in {"log": "..."}
+            texts += nested if nested is not None else value.splitlines()
+            break
+    for key in JSON_TRACE_FIELDS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            texts += value.splitlines()
+    return texts if texts else None
+
+
+def _logical(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
+    for lineno, raw in numbered:
+        texts = _json_texts(raw)
+        if texts is None:
+            text, prefixed, rank = clean(raw)
+            yield TextLine(lineno, text, prefixed, rank)
+            continue
+        for part in texts:
+            text, _, rank = clean(part)
+            yield TextLine(lineno, text, True, rank)
+
+
+def wrap_width(lengths: list[int]) -> int | None:
+    """The column text was hard-wrapped at, when it was: several lines exactly that long and
+    none longer (a terminal or a mail client cut every long line at the same column)."""
+    long_lines = [n for n in lengths if n >= MIN_WRAP_WIDTH]
+    if len(long_lines) < MIN_WRAPPED_LINES:
+        return None
+    width, count = Counter(long_lines).most_common(1)[0]
+    if count < MIN_WRAPPED_LINES or max(long_lines) != width:
+        return None
+    return width
+
+
+def normalise_lines(lines: Iterable[str]) -> Iterator[TextLine]:
+    """Logical lines of a text input. A short input is read whole so hard wrapping can be
+    undone; a long one is streamed as it comes."""
+    iterator = iter(lines)
+    head: list[str] = []
+    for raw in iterator:
+        head.append(raw)
+        if len(head) >= MAX_BUFFERED_LINES:
+            break
+    else:
+        yield from _whole(head)
+        return
+    yield from _logical(enumerate(head, start=1))
+    yield from _logical(enumerate(iterator, start=len(head) + 1))
+
+
+def _whole(raw_lines: list[str]) -> list[TextLine]:
+    lengths = [len(raw.rstrip("\r\n")) for raw in raw_lines]
+    width = wrap_width(lengths)
+    if width is None:
+        return list(_logical(enumerate(raw_lines, start=1)))
+    # Join physical lines first (a JSON record or a prefix may have been cut by the wrap).
+    joined: list[tuple[int, str]] = []
+    joining = False
+    for lineno, (raw, length) in enumerate(zip(raw_lines, lengths, strict=True), start=1):
+        text = raw.rstrip("\r\n")
+        if joining and joined:
+            joined[-1] = (joined[-1][0], joined[-1][1] + text)
+        else:
+            joined.append((lineno, text))
+        joining = length == width
+    return list(_logical(joined))
+
+
+__all__ = ["TextLine", "clean", "normalise_lines", "wrap_width"]
