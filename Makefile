@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The fixture `make run` diagnoses: a Tune sweep whose trial raised, with its driver output.
 DEMO := fixtures/tune_trial_error
 
-.PHONY: run test lint format fixtures fixtures-legacy docs docs-smoke bench clean
+.PHONY: run test lint format fixtures fixtures-legacy docs docs-smoke bench clean corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ format: $(VENV)/.installed-test
 # Re-create the committed fixtures with real Ray (minutes; needs the test extras).
 fixtures: $(VENV)/.installed-test
 	$(BIN)/python fixtures/generate.py
+
+# Real error output from public trackers: cause found, headline right, `other` left unclaimed.
+corpus: $(VENV)/.installed-run
+	$(BIN)/python tests/corpus/measure.py
 
 docs: $(VENV)/.installed-run
 	$(BIN)/python docs/generate.py

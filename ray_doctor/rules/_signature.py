@@ -29,14 +29,34 @@ MAX_EVENT_EVIDENCE = 5
 
 @dataclass(frozen=True)
 class Signature:
-    """One way the cause shows up in text. `label` says which wording it is."""
+    """One way the cause shows up in text, derived from the code that prints it.
+
+    `label` says which wording it is; `emitter` names the program and source that prints it
+    and `versions` the releases that do, so the table can be audited against the source and a
+    new wording is one row with its origin. `example` is the text as the emitter prints it:
+    the rule docs list it and a test proves each pattern matches its own example and that the
+    scan keeps the line."""
 
     label: str
     pattern: re.Pattern[str]
+    emitter: str = ""
+    versions: str = ""
+    example: str = ""
 
 
-def signatures(*pairs: tuple[str, str], flags: int = 0) -> tuple[Signature, ...]:
-    return tuple(Signature(label, re.compile(regex, flags)) for label, regex in pairs)
+def wording(
+    label: str, regex: str, emitter: str, versions: str, example: str, flags: int = 0
+) -> Signature:
+    return Signature(label, re.compile(regex, flags), emitter, versions, example)
+
+
+def signatures(*rows: Signature | tuple[str, str], flags: int = 0) -> tuple[Signature, ...]:
+    """A rule's table: `wording(...)` rows, or bare (label, regex) pairs for internal
+    patterns that are not a message of their own."""
+    return tuple(
+        row if isinstance(row, Signature) else Signature(row[0], re.compile(row[1], flags))
+        for row in rows
+    )
 
 
 @dataclass(frozen=True)

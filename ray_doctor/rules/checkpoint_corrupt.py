@@ -7,29 +7,59 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import resume_hint, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
 
 CHECKPOINT_PATH = re.compile(r"(checkpoint_[\w.:-]+)")
 
+TORCH_ZIP = "torch zip reader (caffe2/serialize/inline_container.cc)"
 CORRUPT = signatures(
-    (
+    wording(
         "truncated torch zip",
         r"PytorchStreamReader failed reading zip archive|failed finding central directory",
+        TORCH_ZIP,
+        "torch 1.6-2.13",
+        "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central "
+        "directory",
     ),
-    (
+    wording(
         "torch zip record missing",
-        r"PytorchStreamReader failed locating file|file not found: archive/",
+        r"PytorchStreamReader failed (?:locating|reading) file|file not found: archive/",
+        TORCH_ZIP,
+        "torch 1.6-2.13",
+        "RuntimeError: PytorchStreamReader failed reading file data/0: invalid header or archive "
+        "is corrupted",
     ),
-    ("pickle cut short", r"EOFError: Ran out of input|Ran out of input"),
-    (
+    wording(
+        "pickle cut short",
+        r"EOFError: Ran out of input|Ran out of input|unexpected EOF, expected \d+ more bytes",
+        "CPython pickle / torch legacy loader (torch/serialization.py)",
+        "Python 3; torch 0.4-2.13",
+        "EOFError: Ran out of input",
+    ),
+    wording(
         "pickle garbage",
-        r"UnpicklingError: (?:invalid load key|pickle data was truncated|unpickling stack underflow)",
+        r"(?<!cPickle\.)UnpicklingError: (?:invalid load key|pickle data was truncated|"
+        r"unpickling stack underflow)",
+        "CPython pickle (Python 3; Python 2's cPickle reading a newer file is a version issue)",
+        "Python 3",
+        "_pickle.UnpicklingError: invalid load key, 'v'.",
     ),
-    (
+    wording(
         "safetensors header",
-        r"SafetensorError: Error while deserializing header|HeaderTooLarge|HeaderTooSmall|InvalidHeaderDeserialization|MetadataIncompleteBuffer",
+        r"SafetensorError: Error while deserializing header|HeaderTooLarge|HeaderTooSmall|"
+        r"InvalidHeaderDeserialization|MetadataIncompleteBuffer",
+        "safetensors (safetensors/src/tensor.rs)",
+        "safetensors 0.3-0.5",
+        "safetensors_rust.SafetensorError: Error while deserializing header: "
+        "MetadataIncompleteBuffer",
     ),
-    ("zip CRC", r"Bad CRC-32|BadZipFile|CRC check failed"),
+    wording(
+        "zip CRC",
+        r"Bad CRC-32|BadZipFile|CRC check failed",
+        "CPython zipfile, torch zip reader",
+        "any",
+        "zipfile.BadZipFile: Bad CRC-32 for file 'archive/data/0'",
+    ),
 )
 
 

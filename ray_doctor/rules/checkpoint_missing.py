@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Layout, Trial, TrialStatus
-from ray_doctor.rules._base import Rule, resume_hint, subject_name
+from ray_doctor.rules._base import Precedence, Rule, resume_hint, subject_name
 from ray_doctor.rules._signature import search, signatures
 
 GONE = signatures(
@@ -50,6 +50,7 @@ class CheckpointMissing(Rule):
         - https://docs.ray.io/en/latest/train/user-guides/checkpoints.html
     """
 
+    specificity = Precedence.CODE_OR_DATA
     id = "checkpoint-missing"
     title = "No checkpoint to resume from"
     severity = Severity.ERROR

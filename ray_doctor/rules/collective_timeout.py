@@ -7,22 +7,103 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_match, hit_text, signatures
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    first_match,
+    hit_text,
+    signatures,
+    wording,
+)
 
+NCCL_WATCHDOG = "torch c10d ProcessGroupNCCL watchdog"
 HANG = signatures(
-    ("NCCL watchdog timeout", r"Watchdog caught collective operation timeout"),
-    ("gloo timeout", r"Timed out waiting (\d+)ms for (recv|send) operation to complete"),
-    ("gloo timeout", r"\[[^]]*gloo[^]]*\] Timed out"),
-    ("monitored barrier", r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms"),
-    (
+    wording(
+        "NCCL watchdog timeout",
+        r"Watchdog caught collective operation timeout|Caught collective operation timeout",
+        NCCL_WATCHDOG,
+        "torch 1.8-2.13 ('Caught ...' before 1.9)",
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800049 "
+        "milliseconds before timing out.",
+    ),
+    wording(
+        "NCCL work timed out",
+        r"WorkNCCL\(.*?\) timed out in call to wait|Timeout at NCCL work: \d+",
+        NCCL_WATCHDOG,
+        "torch 1.9-2.13",
+        "NCCL communicator was aborted on rank 1. Original reason for failure was: Work: "
+        "WorkNCCL(OpType=ALLREDUCE, TensorShape=[1], Timeout(ms)=2000) timed out in call to wait().",
+    ),
+    wording(
+        "NCCL watchdog stuck",
+        r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out",
+        "torch c10d ProcessGroupNCCL heartbeat monitor",
+        "torch 2.2-2.13",
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in "
+        "monitoring enqueued collectives.",
+    ),
+    wording(
+        "gloo timeout",
+        r"Timed out waiting (\d+)ms for (recv|send) operation to complete",
+        "gloo TCP transport (third_party/gloo/gloo/transport/tcp/unbound_buffer.cc)",
+        "torch 1.x-2.13",
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out "
+        "waiting 1800000ms for recv operation to complete",
+    ),
+    wording(
+        "gloo timeout",
+        r"\[[^]]*gloo[^]]*\] Timed out",
+        "gloo (third_party/gloo)",
+        "torch 1.x-2.13",
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:575] Timed out",
+    ),
+    wording(
+        "monitored barrier",
+        r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms",
+        "torch c10d ProcessGroupGloo::monitoredBarrier",
+        "torch 1.9-2.13",
+        "RuntimeError: Rank 1 failed to pass monitoredBarrier in 1800000 ms",
+    ),
+    wording(
         "Ray Train collective timeout",
         r"The collective operation timed out after|have not joined the collective operation",
+        "Ray Train worker group (ray/train)",
+        "Ray 2.x",
+        "The collective operation timed out after 30 seconds.",
     ),
-    ("Ray Train NCCL hang", r"NCCLHangError"),
-    ("store-based barrier", r"Timed out initializing process group in store based barrier"),
-    (
+    wording(
+        "Ray Train NCCL hang",
+        r"NCCLHangError",
+        "Ray Train",
+        "Ray 2.x",
+        "NCCLHangError",
+    ),
+    wording(
+        "store-based barrier",
+        r"Timed out initializing process group in store based barrier",
+        "torch.distributed distributed_c10d._store_based_barrier",
+        "torch 1.8-2.0",
+        "RuntimeError: Timed out initializing process group in store based barrier on rank: 0, "
+        "for key: store_based_barrier_key:1 (world_size=2, worker_count=1, timeout=0:30:00)",
+    ),
+    wording(
         "rendezvous",
-        r"RendezvousTimeoutError|DistStoreError: .*[Tt]imed? ?out|Socket Timeout|TCPStore.*[Tt]imed? ?out|wait timeout after \d+ms",
+        r"RendezvousTimeoutError|DistStoreError: .*[Tt]imed? ?out|Socket Timeout|"
+        r"TCPStore.*[Tt]imed? ?out|wait timeout after \d+ms|"
+        r"Timed out after \d+ seconds waiting for clients",
+        "torch TCPStore / torchelastic rendezvous (torch/csrc/distributed/c10d/TCPStore.cpp)",
+        "torch 1.x-2.13",
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 "
+        "clients joined.",
+    ),
+    wording(
+        "Horovod stall",
+        r"submitted to be reduced, gathered or broadcasted by subset of ranks",
+        "Horovod stall inspector (horovod/common/stall_inspector.cc)",
+        "Horovod 0.x",
+        "One or more tensors were submitted to be reduced, gathered or broadcasted by subset of "
+        "ranks and are waiting for remainder of ranks for more than 60 seconds.",
     ),
 )
 NCCL_WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+).*?Timeout\(ms\)=(\d+)\)")

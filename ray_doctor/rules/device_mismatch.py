@@ -7,15 +7,56 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures, wording
 
 MISMATCH = signatures(
-    ("same device", r"Expected all tensors to be on the same device"),
-    ("expected device", r"Tensor on device (\S+) is not on the expected device (\S+?)!?$"),
-    ("input/weight type", r"Input type \((\S+)\) and weight type \((\S+)\) should be the same"),
-    ("device type", r"Expected object of device type (\w+) but got device type (\w+)"),
-    ("backend", r"Expected object of backend (\w+) but got backend (\w+)"),
-    ("not at the same device", r"Input and parameter tensors are not at the same device"),
+    wording(
+        "same device",
+        r"Expected all tensors to be on the same device",
+        "torch ATen device checks (aten/src/ATen/TensorUtils.cpp, native/TensorCompare)",
+        "torch 1.6-2.13",
+        "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+        "devices, cuda:0 and cpu!",
+    ),
+    wording(
+        "expected device",
+        r"Tensor on device (\S+) is not on the expected device (\S+?)!?$",
+        "torch ATen (aten/src/ATen/native/cuda)",
+        "torch 1.x-2.13",
+        "RuntimeError: Tensor on device cpu is not on the expected device meta!",
+    ),
+    wording(
+        "input/weight type",
+        r"Input type \((\S+)\) and weight type \((\S+)\) should be the same",
+        "torch convolution (aten/src/ATen/native/Convolution.cpp)",
+        "torch 1.0-2.13",
+        "RuntimeError: Input type (torch.FloatTensor) and weight type "
+        "(torch.cuda.FloatTensor) should be the same",
+    ),
+    wording(
+        "device type",
+        r"Expected object of device type (\w+) but got device type (\w+)",
+        "torch ATen (checked_dense_tensor_unwrap)",
+        "torch 1.0-1.5",
+        "RuntimeError: Expected object of device type cuda but got device type cpu for argument "
+        "#1 'self' in call to _thnn_nll_loss_forward",
+    ),
+    wording(
+        "backend",
+        r"Expected object of backend (\w+) but got backend (\w+)",
+        "torch ATen (checked_tensor_unwrap)",
+        "torch 0.4-1.2",
+        "RuntimeError: Expected object of backend CUDA but got backend CPU for argument #2",
+    ),
+    wording(
+        "not at the same device",
+        r"Input and parameter tensors are not at the same device|"
+        r"Input and hidden tensors are not at the same device",
+        "torch RNN (aten/src/ATen/native/RNN.cpp)",
+        "torch 1.x-2.13",
+        "RuntimeError: Input and parameter tensors are not at the same device, found input "
+        "tensor at cpu and parameter tensor at cuda:0",
+    ),
 )
 DEVICES = re.compile(r"found at least two devices, ([\w:]+) and ([\w:]+)")
 

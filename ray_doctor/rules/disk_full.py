@@ -5,12 +5,48 @@ from __future__ import annotations
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 
 FULL = signatures(
-    ("ENOSPC", r"No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b"),
-    ("Ray OutOfDiskError", r"OutOfDiskError|[Ll]ocal disk is full"),
-    ("disk quota", r"Disk quota exceeded|EDQUOT|\[Errno 122\]"),
+    wording(
+        "ENOSPC",
+        r"^(?!.*NCCL)(?:.*)(?:No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b)",
+        "the OS (ENOSPC) through Python OSError, torch, pyarrow, Ray (NCCL's /dev/shm is "
+        "nccl-error's)",
+        "any",
+        "OSError: [Errno 28] No space left on device",
+    ),
+    wording(
+        "torch save on a full disk",
+        r"PytorchStreamWriter failed writing|inline_container\.cc:\d+\] \. unexpected pos",
+        "torch zip writer (caffe2/serialize/inline_container.cc)",
+        "torch 1.6-2.13",
+        "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 1152 vs 1040",
+    ),
+    wording(
+        "Ray OutOfDiskError",
+        r"OutOfDiskError|[Ll]ocal disk is full",
+        "Ray object store spilling (python/ray/exceptions.py OutOfDiskError)",
+        "Ray 1.11-2.60",
+        "ray.exceptions.OutOfDiskError: Local disk is full. The object cannot be created because "
+        "the local object store is full and the local disk's utilization is over capacity",
+    ),
+    wording(
+        "Ray disk usage monitor",
+        r"is over \d+% full, available space: \d+",
+        "Ray raylet file system monitor (src/ray/common/file_system_monitor.cc)",
+        "Ray 1.11-2.60",
+        "(raylet) file_system_monitor.cc:111: /tmp/ray/session_latest is over 95% full, "
+        "available space: 1234; capacity: 100000. Object creation will fail if spilling is "
+        "required.",
+    ),
+    wording(
+        "disk quota",
+        r"Disk quota exceeded|EDQUOT|\[Errno 122\]",
+        "the OS (EDQUOT) through Python OSError",
+        "any",
+        "OSError: [Errno 122] Disk quota exceeded",
+    ),
 )
 SHOWN = 3
 

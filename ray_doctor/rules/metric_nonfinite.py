@@ -2,21 +2,92 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Trial
-from ray_doctor.rules._base import Precedence, Rule, failure_evidence, subject_name, trial_subject
-from ray_doctor.rules._signature import ended_by, search, signatures
+from ray_doctor.rules._base import (
+    Precedence,
+    Rule,
+    failure_evidence,
+    stop_subject,
+    subject_name,
+    trial_subject,
+)
+from ray_doctor.rules._signature import (
+    ended_by,
+    search,
+    search_events,
+    signatures,
+    wording,
+)
 
 ANOMALY = signatures(
-    (
+    wording(
         "anomaly detection",
         r"Function '(\w+)' returned nan values in its (\d+)(?:st|nd|rd|th) output",
+        "torch autograd anomaly mode (torch/csrc/autograd/engine.cpp)",
+        "torch 1.0-2.13",
+        "RuntimeError: Function 'MulBackward0' returned nan values in its 0th output.",
     ),
-    ("NaN check", r"(?i)\b(?:loss|gradient|grad)s? (?:is|are|became|contains?) (?:nan|inf)"),
+    wording(
+        "NaN check",
+        r"(?i)\b(?:loss|gradient|grad)s? (?:is|are|became|contains?) (?:nan|inf)",
+        "training loops (torchvision references, timm, DETR: 'Loss is nan, stopping training')",
+        "any",
+        "Loss is nan, stopping training",
+    ),
+    wording(
+        "NaN parameter of a distribution",
+        r"but found invalid values:?|The parameter \w+ has invalid values",
+        "torch.distributions argument validation (torch/distributions/distribution.py)",
+        "torch 1.5-2.13 ('The parameter ... has invalid values' before 1.8)",
+        "ValueError: Expected parameter loc (Tensor of shape (64, 2)) of distribution "
+        "Normal(loc: torch.Size([64, 2])) to satisfy the constraint Real(), but found invalid "
+        "values:\ntensor([[nan, nan]])",
+    ),
+    wording(
+        "searcher: objective returned NaN",
+        r"objective function returned nan",
+        "Optuna study (optuna/study/_optimize.py), through Ray Tune's OptunaSearch and FLAML",
+        "Optuna 1.x-4.x",
+        "WARNING optuna.py:516 -- Trial 8 failed, because the objective function returned nan.",
+    ),
+    wording(
+        "metric not finite",
+        r"Monitored metric \S+ = (?:nan|inf|-inf) is not finite|"
+        r"Loss became infinite or NaN|contain Inf/NaN|gradients from `parameters` is non-finite",
+        "Lightning EarlyStopping, detectron2, torch.nn.utils.clip_grad_norm_",
+        "Lightning 1.x-2.x; detectron2; torch 1.13-2.13",
+        "Monitored metric val_loss = nan is not finite. Previous best value was inf. Signaling "
+        "Trainer to stop.",
+    ),
+    wording(
+        "loss scale collapsed",
+        r"overflow detected, setting loss scale to: 0\.|[Mm]inimum loss scale reached|"
+        r"loss scale already at minimum",
+        "fp16 dynamic loss scalers (fairseq, apex, DeepSpeed)",
+        "fairseq 0.x; apex; DeepSpeed 0.x",
+        "| WARNING: overflow detected, setting loss scale to: 0.03125",
+    ),
+    wording(
+        "loss logged as NaN",
+        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:]?\s*nan\b",
+        "training loggers (Marian, fairseq, Hugging Face Trainer)",
+        "any",
+        "Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s",
+    ),
 )
 LR_KEYS = ("lr", "learning_rate", "learning-rate")
+# torch.distributions says "found invalid values" for any broken constraint; it is a NaN when
+# the values it prints are, or when the constraint is `real` (whose check rejects only NaN):
+# `loc` of Normal, Laplace, Cauchy is one.
+NONFINITE_VALUE = re.compile(r"\b(?:nan|inf)\b|constraint Real\(\)|parameter loc\b", re.IGNORECASE)
+
+
+def _shows_nonfinite(label: str, text: str) -> bool:
+    return label != "NaN parameter of a distribution" or bool(NONFINITE_VALUE.search(text))
 
 
 class MetricNonfinite(Rule):
@@ -52,12 +123,15 @@ class MetricNonfinite(Rule):
     example = "fixtures/tune_nan_metrics"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
+        fired = False
         for trial in experiment.trials:
             if trial.history and trial.history.nonfinite:
+                fired = True
                 yield self._from_history(experiment, trial)
         for trial, failure, subject in ended_by(experiment):
             hit = search(ANOMALY, failure)
-            if hit:
+            if hit and _shows_nonfinite(hit.signature.label, failure.text):
+                fired = True
                 yield self.finding(
                     experiment,
                     f"{subject_name(experiment, trial)} failed on a non-finite value "
@@ -67,6 +141,21 @@ class MetricNonfinite(Rule):
                     trial=trial,
                     subject=subject,
                     severity=Severity.ERROR,
+                )
+        if not fired:
+            hits = [
+                h
+                for h in search_events(ANOMALY, experiment.events)
+                if _shows_nonfinite(h.signature.label, h.evidence.excerpt)
+            ]
+            if hits:
+                yield self.finding(
+                    experiment,
+                    f"The run's log shows non-finite values ({hits[0].signature.label}: "
+                    f"{hits[0].evidence.excerpt[:160]}).",
+                    self._fix(None),
+                    [h.evidence for h in hits[:5]],
+                    subject=stop_subject(experiment),
                 )
 
     def _from_history(self, experiment: Experiment, trial: Trial) -> Finding:

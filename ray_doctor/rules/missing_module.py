@@ -5,11 +5,30 @@ from __future__ import annotations
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 
 MISSING = signatures(
-    ("ModuleNotFoundError", r"ModuleNotFoundError: No module named '([^']+)'"),
-    ("ImportError", r"ImportError: No module named '?([\w.]+)'?"),
+    wording(
+        "ModuleNotFoundError",
+        r"ModuleNotFoundError: No module named '([^']+)'",
+        "CPython import system",
+        "Python 3.6+",
+        "ModuleNotFoundError: No module named 'transformers'",
+    ),
+    wording(
+        "ImportError",
+        r"ImportError: No module named '?([\w.]+)'?",
+        "CPython import system",
+        "Python 2.7-3.5",
+        "ImportError: No module named transformers",
+    ),
+    wording(
+        "Ray deserialization",
+        r"(?:RaySystemError|System error): No module named '([^']+)'",
+        "Ray worker deserializing a function or object (python/ray/_private/serialization.py)",
+        "Ray 1.x-2.60",
+        "ray.exceptions.RaySystemError: System error: No module named 'my_project'",
+    ),
 )
 
 

@@ -7,17 +7,86 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
 
+NCCL_RESULT = "NCCL result code (ncclGetErrorString) through torch c10d NCCLUtils"
 NCCL = signatures(
-    ("unhandled CUDA error", r"ncclUnhandledCudaError"),
-    ("system error", r"ncclSystemError"),
-    ("internal error", r"ncclInternalError"),
-    ("invalid usage", r"ncclInvalidUsage"),
-    ("remote error", r"ncclRemoteError"),
-    ("invalid argument", r"ncclInvalidArgument"),
-    ("NCCL error", r"NCCL error in: ([^,\s]+)"),
-    ("NCCL communicator aborted", r"NCCL communicator was aborted"),
+    wording(
+        "unhandled CUDA error",
+        r"ncclUnhandledCudaError|unhandled cuda error",
+        NCCL_RESULT,
+        "NCCL 2.x; torch 1.x-2.13",
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:121, "
+        "unhandled cuda error, NCCL version 2.14.3",
+    ),
+    wording(
+        "system error",
+        r"ncclSystemError|unhandled system error",
+        NCCL_RESULT,
+        "NCCL 2.x; torch 1.x-2.13",
+        "RuntimeError: NCCL error in: /opt/pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, "
+        "unhandled system error, NCCL version 2.7.8",
+    ),
+    wording(
+        "internal error",
+        r"ncclInternalError|internal error - please report this issue to the NCCL developers",
+        NCCL_RESULT,
+        "NCCL 2.x; torch 1.x-2.13",
+        "ncclInternalError: Internal check failed.",
+    ),
+    wording(
+        "invalid usage",
+        r"ncclInvalidUsage|NCCL error[^\n]*invalid usage",
+        NCCL_RESULT,
+        "NCCL 2.x; torch 1.x-2.13",
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+    ),
+    wording(
+        "remote error",
+        r"ncclRemoteError|remote process exited or there was a network error",
+        NCCL_RESULT,
+        "NCCL 2.12-2.2x; torch 1.12-2.13",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+        "exiting prematurely.",
+    ),
+    wording(
+        "invalid argument",
+        r"ncclInvalidArgument",
+        NCCL_RESULT,
+        "NCCL 2.x",
+        "ncclInvalidArgument: Invalid value for an argument.",
+    ),
+    wording(
+        "NCCL error",
+        r"NCCL error in: ([^,\s]+)",
+        "torch c10d NCCL_CHECK (ProcessGroupNCCL.cpp, NCCLUtils.hpp)",
+        "torch 1.0-2.13",
+        "torch.distributed.DistBackendError: NCCL error in: "
+        "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, internal error",
+    ),
+    wording(
+        "NCCL communicator aborted",
+        r"NCCL communicator was aborted",
+        "torch c10d ProcessGroupNCCL",
+        "torch 1.8-2.13",
+        "RuntimeError: NCCL communicator was aborted on rank 1.",
+    ),
+    wording(
+        "NCCL shared memory",
+        r"shared memory segment /dev/shm/nccl-|NCCL WARN [^\n]*(?:posix_fallocate|No space left)",
+        "NCCL shared-memory transport (src/misc/shmutils.cc)",
+        "NCCL 2.x",
+        "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-UmqSM9 (size 7340384)",
+    ),
+    wording(
+        "NCCL transport warning",
+        r"NCCL WARN [^\n]*(?:[Cc]onnect|socket|recv|send|NET/|completion|Duplicate GPU|"
+        r"[Bb]ootstrap|ibv_|Proxy|[Cc]uda failure|failed)",
+        "NCCL debug output (NCCL_DEBUG=WARN/INFO): network, proxy and init failures",
+        "NCCL 2.x",
+        "misc/socket.cc:483 NCCL WARN socketStartConnect: Connect to 10.0.0.2<45763> failed : "
+        "Software caused connection abort",
+    ),
 )
 VERSION = re.compile(r"NCCL version ([\d.]+\+?\w*)")
 LAST_ERROR = re.compile(r"Last error:\s*\n?\s*(.+)")

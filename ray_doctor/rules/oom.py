@@ -19,57 +19,326 @@ from ray_doctor.rules._signature import (
     hit_text,
     search,
     signatures,
+    wording,
 )
 
+RAYLET = "Ray raylet, memory monitor (src/ray/raylet/node_manager.cc)"
 RAY_MONITOR = signatures(
-    (
-        "memory monitor (Ray >= 2.56)",
+    wording(
+        "memory monitor kill",
         r"(\d+) worker\(s\) were killed due to the node running low on memory",
+        RAYLET,
+        "Ray 2.56-2.60",
+        "1 worker(s) were killed due to the node running low on memory.",
     ),
-    ("memory monitor (Ray < 2.56)", r"Task was killed due to the node running low on memory"),
-    ("raylet kill notice", r"Killing (\d+) worker\(s\), kill details: Memory on the node"),
-    ("GCS worker exit", r"exit_type = NODE_OUT_OF_MEMORY"),
-    ("raylet summary", r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)"),
-    ("task retried after OOM", r"failed due to oom\. There are"),
-    ("Ray OutOfMemoryError", r"ray\.exceptions\.OutOfMemoryError"),
+    wording(
+        "memory monitor kill",
+        r"Task was killed due to the node running low on memory",
+        RAYLET,
+        "Ray 2.2-2.55",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    ),
+    wording(
+        "memory monitor threshold",
+        r"which exceeds the memory usage threshold of [\d.]+",
+        RAYLET,
+        "Ray 2.1-2.60",
+        "Memory on the node (IP: 10.0.0.1, ID: 4cb2) where the task (task ID: 43, name=f, "
+        "pid=11362, memory used=1.25GB) was running was 27.71GB / 28.80GB (0.962273), which "
+        "exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: 6f2e)",
+    ),
+    wording(
+        "memory monitor advice",
+        r"address the out of memory issue: https://docs\.ray\.io\S*(?:ray-oom-prevention|debug-memory)",
+        RAYLET,
+        "Ray 2.2-2.60",
+        "Refer to the documentation on how to address the out of memory issue: "
+        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
+    ),
+    wording(
+        "raylet kill notice",
+        r"Killing (\d+) worker\(s\), kill details: Memory on the node",
+        RAYLET,
+        "Ray 2.56-2.60",
+        "(raylet) node_manager.cc:3199: Killing 1 worker(s), kill details: Memory on the node "
+        "(IP: 10.0.0.1, ID: 48d3) was 3.66GB used / 23.54GB limit (0.155360)",
+    ),
+    wording(
+        "worker exit: node out of memory",
+        r"(?:exit_type = |Worker exit type: )NODE_OUT_OF_MEMORY",
+        "Ray GCS, worker exit report (src/ray/gcs/gcs_server/gcs_worker_manager.cc)",
+        "Ray 2.2-2.60",
+        "Reporting worker exit, worker id = 47d7, node id = 48d3, address = 10.0.0.1, "
+        "exit_type = NODE_OUT_OF_MEMORY, exit_detail = Task was killed due to the node running "
+        "low on memory.",
+    ),
+    wording(
+        "raylet summary",
+        r"(\d+) Workers \(tasks / actors\) killed due to memory pressure \(OOM\)",
+        RAYLET,
+        "Ray 2.2-2.60",
+        "(raylet) [2023-05-19 12:35:18] 1 Workers (tasks / actors) killed due to memory pressure "
+        "(OOM), 0 Workers crashed due to other reasons at node (ID: 1c8a, IP: 10.0.0.1) over the "
+        "last time period.",
+    ),
+    wording(
+        "task retried after OOM",
+        r"failed due to oom\. There are",
+        "Ray core worker, task retry (src/ray/core_worker/task_manager.cc)",
+        "Ray 2.3-2.60",
+        "Task allocate failed due to oom. There are infinite oom retries remaining, so the task "
+        "will be retried.",
+    ),
+    wording(
+        "Ray OutOfMemoryError",
+        r"ray\.exceptions\.OutOfMemoryError|\bOutOfMemoryError: (?:Task was killed|\d+ worker)",
+        "Ray Python, ray/exceptions.py",
+        "Ray 2.2-2.60",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    ),
+    wording(
+        "RayOutOfMemoryError (node)",
+        r"More than \d+% of the memory on node \S+ is used",
+        "Ray Python memory monitor (ray/memory_monitor.py, ray/_private/memory_monitor.py)",
+        "Ray 0.7-1.13",
+        "ray.memory_monitor.RayOutOfMemoryError: More than 95% of the memory on node "
+        "ip-172-31-1-1 is used (14.93 / 15.5 GB). The top 10 memory consumers are:",
+    ),
+    wording(
+        "RayOutOfMemoryError (heap limit)",
+        r"Heap memory usage for \S+ is [\d.]+ / [\d.]+ GiB limit",
+        "Ray Python memory monitor (ray/memory_monitor.py)",
+        "Ray 0.7-1.x",
+        "ray.memory_monitor.RayOutOfMemoryError: Heap memory usage for ray_PPO_123 is "
+        "4.1 / 4.0 GiB limit",
+    ),
+    wording(
+        "RayOutOfMemoryError",
+        r"\bRayOutOfMemoryError\b",
+        "Ray Python memory monitor (ray/memory_monitor.py)",
+        "Ray 0.7-1.13",
+        "ray.exceptions.RayOutOfMemoryError: More than 95% of the memory is used",
+    ),
 )
 USED_NEW = re.compile(r"was ([\d.]+GB) used / ([\d.]+GB) limit")
 USED_OLD = re.compile(r"was ([\d.]+GB) / ([\d.]+GB) \(")
 TASK_NAME = re.compile(r"task name=([\w.<>]+)|name=([\w.<>]+), pid=")
 NODE_IP = re.compile(r"Memory on the node \(IP: ([^,]+),")
 
+ALLOCATOR = "torch CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp)"
 CUDA = signatures(
-    ("torch OutOfMemoryError", r"torch\.(?:cuda\.)?OutOfMemoryError"),
-    ("CUDA out of memory", r"CUDA out of memory"),
-    ("CUDA error: out of memory", r"CUDA error: out of memory"),
+    wording(
+        "torch OutOfMemoryError",
+        r"torch\.(?:cuda\.)?OutOfMemoryError",
+        ALLOCATOR,
+        "torch 1.13-2.13",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 3.94 MiB is free.",
+    ),
+    wording(
+        "CUDA out of memory",
+        r"CUDA out of memory",
+        ALLOCATOR,
+        "torch 0.4-2.13",
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 10.76 GiB total "
+        "capacity; 9.72 GiB already allocated; 1.44 MiB free; 9.88 GiB reserved in total by "
+        "PyTorch)",
+    ),
+    wording(
+        "CUDA error: out of memory",
+        r"CUDA error: out of memory|cuda runtime error \(2\) : out of memory",
+        "CUDA runtime through torch's C10_CUDA_CHECK / THC (cudaErrorMemoryAllocation)",
+        "torch 0.3-2.13",
+        "RuntimeError: CUDA error: out of memory",
+    ),
+    wording(
+        "cuBLAS allocation failed",
+        r"CUBLAS_STATUS_ALLOC_FAILED",
+        "cuBLAS through torch (aten/src/ATen/cuda/CublasHandlePool.cpp)",
+        "torch 1.x-2.13",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    ),
+    wording(
+        "NCCL could not allocate GPU memory",
+        r"Cuda failure '?out of memory'?",
+        "NCCL (src/include/checks.h CUDACHECK)",
+        "NCCL 2.x",
+        "misc/nvmlwrap.cc NCCL WARN Cuda failure 'out of memory'",
+    ),
+    wording(
+        "HIP out of memory",
+        r"HIP out of memory",
+        "torch ROCm caching allocator (hipified CUDACachingAllocator.cpp)",
+        "torch 1.8-2.13 (ROCm)",
+        "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 64.00 MiB",
+    ),
+    wording(
+        "MPS out of memory",
+        r"MPS backend out of memory",
+        "torch MPS allocator (aten/src/ATen/mps/MPSAllocator.mm)",
+        "torch 2.0-2.13",
+        "RuntimeError: MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: "
+        "1.01 GB, max allowed: 18.13 GB).",
+    ),
+    wording(
+        "TensorFlow OOM",
+        r"OOM when allocating tensor",
+        "TensorFlow BFC allocator (tensorflow/core/common_runtime/bfc_allocator.cc)",
+        "TensorFlow 1.x-2.x",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating "
+        "tensor with shape[256,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0",
+    ),
+    wording(
+        "XLA out of memory",
+        r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+        "XLA / JAX device allocator (xla/pjrt, tsl/framework/bfc_allocator.cc)",
+        "JAX 0.2-0.4+",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying "
+        "to allocate 1073741824 bytes.",
+    ),
 )
 TRIED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]i?B)")
 GPU_INDEX = re.compile(r"GPU (\d+)")
 TOTAL = re.compile(r"([\d.]+ [KMGT]i?B) total capacity|has a total capacity of ([\d.]+ [KMGT]i?B)")
 
-OS_KILL = signatures(
-    ("kernel OOM killer", r"Out of memory: Kill(?:ed)? process (\d+)"),
-    (
+KERNEL = "Linux kernel OOM killer (mm/oom_kill.c)"
+ELASTIC = "torch.distributed.elastic (torchrun) agent and error report"
+SLURM = "Slurm slurmstepd / srun (task/cgroup plugin)"
+# Proof that memory ran out (a kernel, container or scheduler says so, or SIGKILL is named).
+OS_KILL_CONFIRMED = signatures(
+    wording(
         "kernel OOM killer",
-        r"oom-kill:constraint=|Memory cgroup out of memory|oom_reaper: reaped process (\d+)",
+        r"Out of memory: Kill(?:ed)? process (\d+)",
+        KERNEL,
+        "Linux 2.6-6.x ('Kill process ... or sacrifice child' before 5.0)",
+        "Out of memory: Killed process 3341 (python) total-vm:48123456kB, anon-rss:31234567kB",
     ),
-    (
+    wording(
+        "kernel OOM killer (cgroup)",
+        r"Memory cgroup out of memory: Kill(?:ed)? process (\d+)|oom-kill:constraint=|"
+        r"invoked oom-killer: gfp_mask|oom_reaper: reaped process (\d+)",
+        KERNEL,
+        "Linux 4.6-6.x",
+        "Memory cgroup out of memory: Killed process 3341 (python) total-vm:123kB",
+    ),
+    wording(
+        "Kubernetes OOMKilled",
+        r"\bOOMKilled\b",
+        "Kubernetes kubelet / container runtime (container status reason)",
+        "Kubernetes 1.x",
+        "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137",
+    ),
+    wording(
+        "Slurm oom-kill event",
+        r"Detected (\d+) oom[-_]kill event|[Ee]xceeded (?:job|step) memory limit|"
+        r"task \d+: Out Of Memory|\bOUT_OF_MEMORY\b",
+        SLURM,
+        "Slurm 17.x-24.x",
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=59137890.batch. Some of your "
+        "processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    wording(
+        "torchelastic: SIGKILL",
+        r"exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\) received by PID (\d+)|"
+        r"failed \(exitcode: -9\)",
+        ELASTIC,
+        "torch 1.9-2.13",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 62498) of binary: /usr/bin/python",
+    ),
+    wording(
+        "launcher: SIGKILL",
+        r"(?:exit|return) ?code\s*[:=]?\s*-9\b|died with <Signals\.SIGKILL: 9>",
+        "DeepSpeed launcher (deepspeed/launcher/launch.py), CPython subprocess",
+        "DeepSpeed 0.3-0.16; Python 3.x",
+        "[launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py'] exits with "
+        "return code = -9",
+    ),
+    wording(
         "exit code 137",
-        r"exit(?:ed)? (?:with )?(?:code|status):? ?137\b|exitcode: -9\b|exit code -9\b",
+        r"(?i:exit[ _]?code)\W{0,3}\s*137\b|exit(?:ed)? (?:with )?(?:code|status) 137\b|"
+        r"exit status 137\b",
+        "container runtimes (Docker, containerd, Kubernetes), shells: 128 + SIGKILL",
+        "any",
+        "command terminated with exit code 137",
     ),
-    (
+    wording(
+        "DataLoader worker killed",
+        r"DataLoader worker \(pid \d+\) is killed by signal: Killed",
+        "torch DataLoader (torch/csrc/DataLoader.cpp)",
+        "torch 0.4-2.13",
+        "RuntimeError: DataLoader worker (pid 8544) is killed by signal: Killed.",
+    ),
+    wording(
+        "shell: Killed",
+        r"^\s*Killed\s*$|^.*line \d+:\s+\d+ Killed\s",
+        "bash / sh job report of a child ended by SIGKILL",
+        "any",
+        "Killed",
+    ),
+)
+# Who, among the confirmations, says outright that memory ran out.
+MEMORY_WITNESS = {
+    "kernel OOM killer": "the kernel log says so",
+    "kernel OOM killer (cgroup)": "the kernel log says so: the cgroup's memory limit",
+    "Kubernetes OOMKilled": "Kubernetes says OOMKilled: the container's memory limit",
+    "Slurm oom-kill event": "Slurm says so: the job's memory limit (cgroup)",
+}
+# Ray saying a worker died without a Python exception: SIGKILL or a crash, it cannot tell.
+OS_KILL_RAY = signatures(
+    wording(
         "worker died without an exception",
         r"Worker unexpectedly exits with a connection error code 2",
+        "Ray raylet / GCS worker exit detail (src/ray/raylet/node_manager.cc)",
+        "Ray 1.13-2.60",
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a "
+        "connection error code 2. End of file. There are some potential root causes.",
     ),
-    (
+    wording(
         "worker died without an exception",
         r"Worker exits unexpectedly\. Worker exits with an exit code None",
+        "Ray core worker exit detail (src/ray/core_worker/core_worker.cc)",
+        "Ray 2.0-2.60",
+        "Worker exits unexpectedly. Worker exits with an exit code None. The worker may have "
+        "exceeded K8s pod memory limits.",
     ),
-    ("worker crashed", r"The worker died unexpectedly while executing this task"),
+    wording(
+        "worker crashed",
+        r"The worker died unexpectedly while executing this task",
+        "Ray Python WorkerCrashedError (ray/exceptions.py)",
+        "Ray 0.8-2.60",
+        "ray.exceptions.WorkerCrashedError: The worker died unexpectedly while executing this "
+        "task. Check python-core-worker-*.log files for more information.",
+    ),
+    wording(
+        "worker died: unexpected system error",
+        r"A worker died or was killed while executing (?:a|the) task by an unexpected system error",
+        "Ray raylet, pushed to the driver (src/ray/raylet/node_manager.cc)",
+        "Ray 1.0-2.60",
+        "(raylet) A worker died or was killed while executing a task by an unexpected system "
+        "error. To troubleshoot the problem, check the logs for the dead worker.",
+    ),
 )
-KERNEL_CONFIRMS = re.compile(
-    r"Out of memory: Kill|oom-kill:|Memory cgroup out of memory|oom_reaper"
+OS_KILL = OS_KILL_CONFIRMED + OS_KILL_RAY
+# Another way a process dies without a Python exception: then a Ray worker death is no sign of
+# memory, unless something above confirms memory ran out.
+OTHER_DEATH = re.compile(
+    # What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
+    # absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
+    # torchelastic's report of the signal.
+    r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received|Fatal Python error: |Segmentation fault|"
+    r"Bus error \(core dumped\)|Illegal instruction|Aborted \(core dumped\)|"
+    r"illegal memory access was encountered|device-side assert triggered|Check failed: |"
+    r"terminate called after throwing|"
+    r"Signal (?:11|6|7|4|8) \((?:SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE)\) received|"
+    r"exitcode\s*:\s*-(?:11|6|7|4|8)\b"
 )
+
+
+def _texts(experiment: Experiment, failure: Failure | None) -> list[str]:
+    """The failure's lines and the log lines the scan kept: what a kill notice can be in."""
+    texts = [line for _, line in failure.lines()] if failure is not None else []
+    return texts + [event.line for event in experiment.events]
 
 
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
@@ -253,16 +522,29 @@ class OomKilledByOs(SignatureRule):
     signatures = OS_KILL
 
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
-        return _ray_monitor_in(experiment, failure)
+        if _ray_monitor_in(experiment, failure):
+            return True
+        # Ray's "worker died" texts say SIGKILL or a crash; when the text shows a crash and
+        # nothing shows memory running out, it was the crash.
+        texts = _texts(experiment, failure)
+        confirmed = any(sig.pattern.search(t) for t in texts for sig in OS_KILL_CONFIRMED)
+        return not confirmed and any(OTHER_DEATH.search(t) for t in texts)
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)
-        kernel = KERNEL_CONFIRMS.search(hit_text(hit)) or any(
-            KERNEL_CONFIRMS.search(e.line) for e in experiment.events
+        texts = [hit_text(hit), *(e.line for e in experiment.events)]
+        confirmed = next(
+            (sig for sig in OS_KILL_CONFIRMED for t in texts if sig.pattern.search(t)), None
         )
-        if kernel:
+        said_by = MEMORY_WITNESS.get(confirmed.label) if confirmed is not None else None
+        if said_by is not None:
+            message = f"{who}'s process was killed because memory ran out ({said_by})."
+        elif confirmed is not None:
             message = (
-                f"{who}'s worker was killed by the kernel's OOM killer (the kernel log says so)."
+                f"{who}'s process was killed by SIGKILL ({confirmed.label}) without a Python "
+                "exception. The most likely sender is the kernel's OOM killer; `kill -9`, "
+                "`ray stop --force` or a node shutdown look the same. No kernel log was given to "
+                "confirm it."
             )
         else:
             message = (

@@ -7,13 +7,55 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
 
 IN_USE = signatures(
-    ("EADDRINUSE", r"EADDRINUSE|[Aa]ddress already in use"),
-    ("errno 98", r"[Ee]rrno:? ?98\b|code: -98\b"),
-    ("failed to listen", r"server socket has failed to (?:listen|bind)|DistNetworkError: .*listen"),
-    ("failed to bind", r"[Ff]ailed to bind (?:to )?(?:port|address)"),
+    wording(
+        "EADDRINUSE",
+        r"EADDRINUSE|[Aa]ddress already in use",
+        "the OS (strerror of EADDRINUSE) through torch TCPStore / gloo, gRPC, aiohttp, Ray",
+        "any (torch 1.x prints a bare 'RuntimeError: Address already in use')",
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+        "network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address "
+        "already in use).",
+    ),
+    wording(
+        "errno 98",
+        r"[Ee]rrno:? ?98\b|code: -98\b",
+        "Linux errno 98 (EADDRINUSE) in torch c10d socket errors and Python OSError",
+        "any",
+        "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8265)",
+    ),
+    wording(
+        "EADDRINUSE (macOS)",
+        r"\[Errno 48\]",
+        "macOS / BSD errno 48 (EADDRINUSE) in Python OSError",
+        "any",
+        "OSError: [Errno 48] Address already in use",
+    ),
+    wording(
+        "WSAEADDRINUSE (Windows)",
+        r"WinError 10048|error:? 10048\b|Only one usage of each socket address",
+        "Windows sockets error 10048 (WSAEADDRINUSE) through Python and torch c10d",
+        "any",
+        "OSError: [WinError 10048] Only one usage of each socket address (protocol/network "
+        "address/port) is normally permitted",
+    ),
+    wording(
+        "Ray port already used",
+        r"Ray component \w+ is trying to use a port number \d+ that is used by other components",
+        "Ray node start-up port check (python/ray/_private/node.py)",
+        "Ray 1.3-2.60",
+        "ValueError: Ray component worker_ports is trying to use a port number 53058 that is used "
+        "by other components.",
+    ),
+    wording(
+        "failed to bind",
+        r"[Ff]ailed to bind (?:to )?(?:port|address)",
+        "gRPC / Ray services when a listening port is taken",
+        "Ray 1.x-2.60",
+        "Failed to bind to port 6379",
+    ),
 )
 PORT = re.compile(r"port:? ?(\d{2,5})\b|:(\d{4,5})\b")
 

@@ -7,23 +7,84 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures, wording
 
+TUNE_RESOURCES = (
+    "Ray Tune insufficient-resources manager (tune/execution/insufficient_resources_manager.py)"
+)
 WAITING = signatures(
-    ("Tune: insufficient resources", r"Insufficient cluster resources to launch trial"),
-    (
+    wording(
+        "Tune: insufficient resources",
+        r"Insufficient cluster resources to launch trial",
+        TUNE_RESOURCES,
+        "Ray 1.x-2.60",
+        "Insufficient cluster resources to launch trial: trial requested 4.0 CPUs, 0 GPUs, but "
+        "the cluster has only 2 CPUs, 0 GPUs",
+    ),
+    wording(
+        "Tune: cluster smaller than the request",
+        r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has",
+        TUNE_RESOURCES,
+        "Ray 1.9-2.60",
+        "Ignore this message if the cluster is autoscaling. You asked for 4.0 cpu and 0 gpu per "
+        "trial, but the cluster only has 2.0 cpu and 0 gpu.",
+    ),
+    wording(
         "Tune: nothing started",
         r"No trial is running and no new trial has been started within the last (\d+) seconds",
+        TUNE_RESOURCES,
+        "Ray 1.x-2.60",
+        "No trial is running and no new trial has been started within the last 60 seconds. This "
+        "could be due to the cluster not having enough resources available to start the next "
+        "trial.",
     ),
-    ("Train: not started", r"Training has not started in the last (\d+) seconds"),
-    ("Train: worker group start timeout", r"The worker group startup timed out after"),
-    (
+    wording(
+        "Train: not started",
+        r"Training has not started in the last (\d+) seconds",
+        "Ray Train V1 backend executor",
+        "Ray 2.0-2.40",
+        "Training has not started in the last 60 seconds. Please check the provided resource "
+        "config.",
+    ),
+    wording(
+        "Train: worker group start timeout",
+        r"The worker group startup timed out after",
+        "Ray Train V2 worker group (ray/train/v2)",
+        "Ray 2.41-2.60",
+        "The worker group startup timed out after 30.0 seconds waiting for 4 workers.",
+    ),
+    wording(
         "Train: insufficient resources",
         r"InsufficientClusterResourcesError|Insufficient cluster resources",
+        "Ray Train V2 scaling policy",
+        "Ray 2.41-2.60",
+        "ray.train.v2._internal.exceptions.InsufficientClusterResourcesError: Insufficient "
+        "cluster resources. Worker requires {'CPU': 1.0}",
     ),
-    ("autoscaler", r"No available node types can fulfill resource request"),
-    ("cannot be scheduled", r"resource request cannot be scheduled right now: (\{[^}]*\})"),
-    ("cannot be scheduled", r"cannot be scheduled right now|is infeasible"),
+    wording(
+        "autoscaler",
+        r"No available node types can fulfill resource request (?!\{'node:)",
+        "Ray autoscaler (python/ray/autoscaler/_private/resource_demand_scheduler.py)",
+        "Ray 1.x-2.60",
+        "Error: No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}. "
+        "Add suitable node types to this cluster to resolve this issue.",
+    ),
+    wording(
+        "cannot be scheduled",
+        r"resource request cannot be scheduled right now: (\{[^}]*\})",
+        "Ray core, warning pushed to the driver (src/ray/raylet/scheduling)",
+        "Ray 1.x-2.60",
+        "Warning: The following resource request cannot be scheduled right now: {'CPU': 1.0}. "
+        "This is likely due to all cluster resources being claimed by actors.",
+    ),
+    wording(
+        "cannot be scheduled",
+        r"cannot be scheduled right now|is infeasible",
+        "Ray core (raylet scheduling)",
+        "Ray 1.x-2.60",
+        "The actor or task with ID ffff cannot be scheduled right now. It requires {CPU: 1} for "
+        "placement, however the cluster currently cannot provide the requested resources.",
+    ),
 )
 ASKED = re.compile(
     r"(?:trial|request|requests|requested|requires|asked for)[^{\[]{0,60}(\{[^}]*\})|"

@@ -7,12 +7,48 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment
 from ray_doctor.rules._base import subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, hit_text, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, hit_text, signatures, wording
 
+LOAD_STATE_DICT = "torch nn.Module.load_state_dict (torch/nn/modules/module.py)"
 MISMATCH = signatures(
-    ("load_state_dict", r"Error\(s\) in loading state_dict for (\w+)"),
-    ("missing keys", r"Missing key\(s\) in state_dict"),
-    ("unexpected keys", r"Unexpected key\(s\) in state_dict"),
+    wording(
+        "load_state_dict",
+        r"Error\(s\) in loading state_dict for (\w+)",
+        LOAD_STATE_DICT,
+        "torch 0.4-2.13",
+        "RuntimeError: Error(s) in loading state_dict for Net:",
+    ),
+    wording(
+        "missing keys",
+        r"Missing key\(s\) in state_dict",
+        LOAD_STATE_DICT,
+        "torch 0.4-2.13",
+        'Missing key(s) in state_dict: "fc.weight", "fc.bias".',
+    ),
+    wording(
+        "unexpected keys",
+        r"Unexpected key\(s\) in state_dict|unexpected key \"[^\"]+\" in state_dict|"
+        r"missing keys in state_dict",
+        LOAD_STATE_DICT,
+        "torch 0.2-2.13 (KeyError 'unexpected key \"...\" in state_dict' before 0.4)",
+        'Unexpected key(s) in state_dict: "module.fc.weight".',
+    ),
+    wording(
+        "size mismatch",
+        r"size mismatch for ([\w.]+): copying a param with shape",
+        LOAD_STATE_DICT,
+        "torch 0.4-2.13",
+        "size mismatch for fc.weight: copying a param with shape torch.Size([10, 512]) from "
+        "checkpoint, the shape in current model is torch.Size([2, 512]).",
+    ),
+    wording(
+        "transformers size mismatch",
+        r"You may consider adding `ignore_mismatched_sizes=True`",
+        "Hugging Face transformers PreTrainedModel.from_pretrained",
+        "transformers 4.x",
+        "You may consider adding `ignore_mismatched_sizes=True` in the model `from_pretrained` "
+        "method.",
+    ),
 )
 UNEXPECTED = re.compile(r"Unexpected key\(s\) in state_dict: (.*)")
 MISSING = re.compile(r"Missing key\(s\) in state_dict: (.*)")

@@ -7,19 +7,52 @@ from collections.abc import Iterator
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 from ray_doctor.storage import is_uri
 
+ARROW_S3 = "pyarrow S3FileSystem (arrow/cpp/src/arrow/filesystem/s3fs.cc), used by Ray storage"
 UNREACHABLE = signatures(
-    ("storage set-up", r"Unable to set up cluster storage"),
-    ("no shared access", r"Check that all nodes in the cluster have read/write access"),
-    (
+    wording(
+        "storage set-up",
+        r"Unable to set up cluster storage",
+        "Ray Train/Tune StorageContext (python/ray/train/_internal/storage.py)",
+        "Ray 2.7-2.60",
+        "RuntimeError: Unable to set up cluster storage with the following settings: "
+        "StorageContext<...>",
+    ),
+    wording(
+        "no shared access",
+        r"Check that all nodes in the cluster have read/write access",
+        "Ray Train/Tune StorageContext",
+        "Ray 2.7-2.60",
+        "Check that all nodes in the cluster have read/write access to the configured storage "
+        "path.",
+    ),
+    wording(
         "sync failed",
         r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) .{0,80}(?:failed|timed out)|Could not upload checkpoint",
+        "Ray Tune syncer (python/ray/tune/syncer.py, ray/train/_internal/syncer.py)",
+        "Ray 1.x-2.60",
+        "Syncing experiment checkpoint to cloud failed: timed out",
     ),
-    (
+    wording(
         "object store denied",
-        r"AWS Error (?:ACCESS_DENIED|NETWORK_CONNECTION|NO_SUCH_BUCKET|UNKNOWN) |Forbidden: 403|google\.api_core\.exceptions\.Forbidden",
+        r"AWS Error (?:ACCESS_DENIED|NETWORK_CONNECTION|NO_SUCH_BUCKET|UNKNOWN|"
+        r"INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH)\b|Forbidden: 403|"
+        r"google\.api_core\.exceptions\.Forbidden",
+        ARROW_S3 + "; google-cloud-storage",
+        "pyarrow 2-26",
+        "OSError: When listing objects under key 'ckpt/' in bucket 'bucket': AWS Error "
+        "ACCESS_DENIED during ListObjectsV2 operation: Access Denied",
+    ),
+    wording(
+        "S3 credentials",
+        r"NoCredentialsError|Unable to locate credentials|InvalidAccessKeyId|"
+        r"An error occurred \((?:AccessDenied|NoSuchBucket|403)\) when calling",
+        "botocore / boto3 (the AWS SDK for Python)",
+        "botocore 1.x",
+        "botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
+        "PutObject operation: Access Denied",
     ),
 )
 

@@ -31,10 +31,41 @@ RECORD_START = re.compile(
 )
 MAX_TRACEBACK_LINES = 2000
 MAX_MESSAGE_CONTINUATION = 60
-MAX_EVENTS_PER_FILE = 500
+MAX_EVENTS_PER_FILE = 2000
+MAX_ERROR_LINES_PER_FILE = 500  # plain ERROR records: enough to see them, not to crowd out causes
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
 MAX_LINE_TEXT = 2000
+
+
+# Words of every cause a rule knows (memory, kills, crashes, ports, disks, storage, modules,
+# resources, collectives, checkpoints, non-finite values), as a cheap first filter.
+CAUSE_WORDS = (
+    r"out of memory|low on memory|\boom\b|oom[-_]kill|oomkilled|out_of_memory|memory pressure",
+    r"memory usage threshold|memory limit|memory on the node|heap memory|resource_exhausted",
+    r"alloc_failed|cannot allocate memory|no available memory",
+    r"killed process|\bkill(ed|ing)?\b|selected to kill|sigkill|signals?\.sig|signal \d+",
+    r"exit(ed)? ?(with )?(code|status)|exit_?code|return ?code|exit_type|worker exit|died",
+    r"sigsegv|segmentation fault|fatal python error|illegal memory access|core dumped|sigabrt",
+    r"sigbus|bus error|device-side assert",
+    r"timed? ?out|timeout|watchdog|barrier|rendezvous|collective|hang",
+    r"address already in use|eaddrinuse|errno:? ?(98|48|28|122)\b|10048|one usage of each socket",
+    r"port number|failed to (listen|bind)|\bports?\b.{0,40}\b(in use|used by|occupied)",
+    r"no space left|enospc|disk quota|disk is full|outofdisk|over \d+% full|file write failed",
+    r"unexpected pos|inline_container",
+    r"insufficient|cannot be scheduled|no available node types|infeasible|not enough resources",
+    r"placement group|not started in the last|worker group start",
+    r"cluster storage|storage path|aws error|access ?denied|forbidden|nosuchbucket|credentials",
+    r"\bs3://|\bgs://|sync(ing)? .{0,40}(failed|error)|could not upload",
+    r"no module named|modulenotfound",
+    r"\bnccl|gloo|process ?group|ibv_|shared memory|/dev/shm|duplicate gpu",
+    r"not on the expected device|same device|device type|weight type",
+    r"central directory|zip archive|pytorchstream|ran out of input|unpickling|load key",
+    r"state_dict|size mismatch for|missing key|unexpected key|safetensor|badzipfile|crc",
+    r"checkpoint",
+    r"\bnan\b|\binf\b|non-?finite|invalid values|loss scale|overflow|diverged",
+    r"trials did not complete|errored after|retries|max_failures",
+)
 
 
 @dataclass(frozen=True)
@@ -43,7 +74,8 @@ class EventPattern:
     pattern: re.Pattern[str]
 
 
-# What a line says about the run. First match wins; "error-line" is the catch-all.
+# What a line says about the run. First match wins; "error-line" is the catch-all, after the
+# cause words so a cause in an ERROR record is never dropped with the plain ones.
 EVENT_PATTERNS = (
     EventPattern("trials-incomplete", re.compile(r"Trials did not complete")),
     EventPattern(
@@ -56,24 +88,13 @@ EVENT_PATTERNS = (
         re.compile(r"^KeyboardInterrupt|Received SIGINT|Stop signal received|SIGTERM received"),
     ),
     EventPattern("training-failed", re.compile(r"Training (errored after|failed due to)")),
+    # Lines that can explain a failure whatever their level: kills, exits, resources, I/O.
+    # Rules decide what they mean; this only keeps them (bounded per file). It must keep every
+    # wording a rule knows: tests/rules/test_wordings.py checks it against the rules' tables.
+    EventPattern("signal", re.compile("(?i)" + "|".join(CAUSE_WORDS))),
     EventPattern(
         "error-line",
         re.compile(r"(^|\s)(ERROR|CRITICAL|FATAL)(\s|:|$)|^\[[\d\- :,]+ [EF] \d+ \d+\]"),
-    ),
-    # Lines that can explain a failure whatever their level: kills, exits, resources, I/O.
-    # Rules decide what they mean; this only keeps them (bounded per file).
-    EventPattern(
-        "signal",
-        re.compile(
-            r"(?i)out of memory|low on memory|\boom\b|oom-kill|killed process|\bkill(ed|ing)\b|"
-            r"selected to kill|"
-            r"sigkill|exit(ed)? (with )?(code|status)|exit_type|timed out|timeout|"
-            r"address already in use|eaddrinuse|errno:? ?98|no space left|enospc|errno:? ?28|"
-            r"insufficient|cannot be scheduled|no available node types|"
-            r"unable to set up cluster storage|no module named|\bnccl|watchdog|barrier|"
-            r"rendezvous|not on the expected device|same device|central directory|"
-            r"ran out of input|unpickling|state_dict|safetensor|not enough resources"
-        ),
     ),
 )
 # worker-<worker id>-<job id>-<pid>.out|err and python-core-worker-<worker id>_<pid>.log
@@ -129,6 +150,7 @@ class _TextLogParser:
         self.pending_blank: tuple[int, str] | None = None
         self.record_start = False  # a collector's prefix stood before the current line
         self.ranks_seen: set[int] = set()  # `[rankN]:` prefixes of the current block
+        self.error_lines = 0
 
     def feed(self, text_line: TextLine) -> None:
         lineno = text_line.lineno
@@ -231,6 +253,10 @@ class _TextLogParser:
         found = _classify(line)
         if found:
             kind, trial = found
+            if kind == "error-line":
+                if self.error_lines >= MAX_ERROR_LINES_PER_FILE:
+                    return
+                self.error_lines += 1
             if pid is None:
                 in_line = PID_IN_LINE.search(line)
                 pid = in_line["pid"] if in_line else self.file_pid

@@ -33,7 +33,13 @@ ANSI_CODES = re.compile(
     r"|(?<![\w\]])\[(?:\d{1,3};)*\d{1,3}m"
 )
 MARKDOWN_QUOTE = re.compile(r"^(?:\s{0,3}>\s?)+")
+# A fence line is only a fence (and a language tag); text after it on the line is kept.
 CODE_FENCE = re.compile(r"^\s{0,3}(?:```|~~~)")
+FENCE_TAG = re.compile(r"^[\w+-]*\s*$")
+# A whole line in **bold**, _italics_ or `inline code`, as people mark the line that matters.
+MARKDOWN_WRAP = re.compile(r"^(\*\*|__|\*|_|`+)(?P<inner>\S(?:.*\S)?)\1$")
+# A line commented out with `#` (pasted into a script or a shell session): `# Traceback ...`.
+COMMENT_MARK = re.compile(r"^\s{0,4}#+ ?(?=\S|\s+File )")
 # Prefixes a collector or launcher puts before the program's own line, tried in order until
 # none matches. Ray's own records keep their timestamps (the parser uses them as record starts).
 COLLECTOR_PREFIXES = (
@@ -89,8 +95,13 @@ def clean(raw: str) -> tuple[str, bool, int | None]:
     quote = MARKDOWN_QUOTE.match(line)
     if quote:
         line = line[quote.end() :]
-    if CODE_FENCE.match(line):
-        return "", False, None
+    fence = CODE_FENCE.match(line)
+    if fence:
+        line = line[fence.end() :]
+        if FENCE_TAG.match(line):
+            return "", False, None
+        line = line.rstrip().removesuffix("```").removesuffix("~~~")
+    line = _unwrap_markdown(line)
     prefixed = False
     rank = None
     for _ in range(4):  # prefixes stack: a timestamp, then a rank, then a host
@@ -101,6 +112,17 @@ def clean(raw: str) -> tuple[str, bool, int | None]:
         prefixed = True
         rank = rank if rank_here is None else rank_here
     return line, prefixed, rank
+
+
+def _unwrap_markdown(line: str) -> str:
+    stripped = line.strip()
+    wrapped = MARKDOWN_WRAP.match(stripped)
+    if wrapped:
+        return wrapped["inner"]
+    comment = COMMENT_MARK.match(line)
+    if comment and not line.lstrip("# ").startswith("!"):
+        return line[comment.end() :]
+    return line
 
 
 def _strip_prefix(line: str) -> tuple[str, int | None] | None:
