@@ -92,6 +92,28 @@ def example_output(rule: type[Rule], root: Path = REPO_ROOT) -> str | None:
     return render_findings(_example_findings(rule, target), (target, rule.example))
 
 
+def render_wordings(rule: type[Rule]) -> list[str]:
+    """The rule's signature table: each wording it knows, who prints it, since when."""
+    rows = [sig for sig in getattr(rule, "wordings", lambda: ())() if sig.emitter]
+    if not rows:
+        return []
+    out = [
+        "## Wordings",
+        "",
+        "Derived from the code that prints them; a new wording is one row in the rule's table.",
+        "",
+        "| wording | printed by | versions | example |",
+        "|---|---|---|---|",
+    ]
+    for sig in rows:
+        example = sig.example.replace("\n", " ")
+        if len(example) > 160:
+            example = example[:157] + "..."
+        cells = [sig.label, sig.emitter, sig.versions, f"`{example}`"]
+        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return [*out, ""]
+
+
 def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
     doc = rule.doc()
     out = [
@@ -108,6 +130,8 @@ def render_rule_doc(rule: type[Rule], example: str | None = None) -> str:
         if section == "References":
             continue
         out += [f"## {section}", "", doc.sections.get(section, "").strip(), ""]
+        if section == "Evidence it uses":
+            out += render_wordings(rule)
     if example:
         out += [
             "## Example",

@@ -116,6 +116,11 @@ class SignatureRule(Rule):
     # against each trial's last reported pid to say which trial it was.
     victim_pid: ClassVar[re.Pattern[str] | None] = None
 
+    @classmethod
+    def wordings(cls) -> tuple[Signature, ...]:
+        """Every wording the rule recognises (its docs list them)."""
+        return cls.signatures
+
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         """(message, fix) for a hit; `hit.trial` / `hit.failure` say what it is about."""
         raise NotImplementedError

@@ -16,6 +16,7 @@ from ray_doctor.rules._base import (
     trial_subject,
 )
 from ray_doctor.rules._signature import (
+    Signature,
     ended_by,
     search,
     search_events,
@@ -121,6 +122,10 @@ class MetricNonfinite(Rule):
     severity = Severity.WARNING
     specificity = Precedence.CODE_OR_DATA
     example = "fixtures/tune_nan_metrics"
+
+    @classmethod
+    def wordings(cls) -> tuple[Signature, ...]:
+        return ANOMALY
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         fired = False

@@ -49,13 +49,6 @@ IN_USE = signatures(
         "ValueError: Ray component worker_ports is trying to use a port number 53058 that is used "
         "by other components.",
     ),
-    wording(
-        "failed to bind",
-        r"[Ff]ailed to bind (?:to )?(?:port|address)",
-        "gRPC / Ray services when a listening port is taken",
-        "Ray 1.x-2.60",
-        "Failed to bind to port 6379",
-    ),
 )
 PORT = re.compile(r"port:? ?(\d{2,5})\b|:(\d{4,5})\b")
 

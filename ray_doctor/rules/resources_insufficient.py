@@ -23,9 +23,9 @@ WAITING = signatures(
     ),
     wording(
         "Tune: cluster smaller than the request",
-        r"You asked for [\d.]+ cpu and [\d.]+ gpu per trial, but the cluster only has",
+        r"You asked for [\d.]+ (?:cpu|CPUs) and [\d.]+ (?:gpu|GPUs) per trial, but the cluster only has",
         TUNE_RESOURCES,
-        "Ray 1.9-2.60",
+        "Ray 1.9-2.60 (older releases say '4.0 cpu', newer '4.0 CPUs')",
         "Ignore this message if the cluster is autoscaling. You asked for 4.0 cpu and 0 gpu per "
         "trial, but the cluster only has 2.0 cpu and 0 gpu.",
     ),
