@@ -73,7 +73,7 @@ JSON_TRACE_FIELDS = ("exc_text", "exc_info", "stack_trace", "traceback", "except
 # which do not wrap, and are streamed.
 MAX_BUFFERED_LINES = 20_000
 MIN_WRAP_WIDTH = 60
-MIN_WRAPPED_LINES = 3
+MIN_WRAPPED_LINES = 2
 
 
 @dataclass(frozen=True)
@@ -173,14 +173,16 @@ def _logical(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
             yield TextLine(lineno, text, True, rank)
 
 
-def wrap_width(lengths: list[int]) -> int | None:
-    """The column text was hard-wrapped at, when it was: several lines exactly that long and
-    none longer (a terminal or a mail client cut every long line at the same column)."""
-    long_lines = [n for n in lengths if n >= MIN_WRAP_WIDTH]
+def wrap_width(lines: list[str]) -> int | None:
+    """The column text was hard-wrapped at, when it was: at least two different lines exactly
+    that long and none longer (a terminal or a mail client cut every long line at the same
+    column). Repeats of one line are no sign of it: programs repeat lines."""
+    long_lines = [line for line in lines if len(line) >= MIN_WRAP_WIDTH]
     if len(long_lines) < MIN_WRAPPED_LINES:
         return None
-    width, count = Counter(long_lines).most_common(1)[0]
-    if count < MIN_WRAPPED_LINES or max(long_lines) != width:
+    width, _ = Counter(len(line) for line in long_lines).most_common(1)[0]
+    at_width = {line for line in long_lines if len(line) == width}
+    if len(at_width) < MIN_WRAPPED_LINES or max(len(line) for line in long_lines) != width:
         return None
     return width
 
@@ -202,21 +204,23 @@ def normalise_lines(lines: Iterable[str]) -> Iterator[TextLine]:
 
 
 def _whole(raw_lines: list[str]) -> list[TextLine]:
-    lengths = [len(raw.rstrip("\r\n")) for raw in raw_lines]
-    width = wrap_width(lengths)
+    physical = [raw.rstrip("\r\n") for raw in raw_lines]
+    width = wrap_width(physical)
     if width is None:
         return list(_logical(enumerate(raw_lines, start=1)))
-    # Join physical lines first (a JSON record or a prefix may have been cut by the wrap).
-    joined: list[tuple[int, str]] = []
+    # Each physical line loses its own markup (a `> ` quote, a colour code) before the pieces
+    # are joined: the continuation of a quoted wrapped line is quoted too.
+    out: list[TextLine] = []
     joining = False
-    for lineno, (raw, length) in enumerate(zip(raw_lines, lengths, strict=True), start=1):
-        text = raw.rstrip("\r\n")
-        if joining and joined:
-            joined[-1] = (joined[-1][0], joined[-1][1] + text)
+    for lineno, raw in enumerate(physical, start=1):
+        text, prefixed, rank = clean(raw)
+        if joining and out:
+            last = out[-1]
+            out[-1] = TextLine(last.lineno, last.text + text, last.prefixed, last.rank)
         else:
-            joined.append((lineno, text))
-        joining = length == width
-    return list(_logical(joined))
+            out.append(TextLine(lineno, text, prefixed, rank))
+        joining = len(raw) == width
+    return out
 
 
 __all__ = ["TextLine", "clean", "normalise_lines", "wrap_width"]

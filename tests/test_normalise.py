@@ -1,0 +1,135 @@
+"""Text as people paste it reads as text as programs wrote it, and evidence still points at the
+line of the original text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import inspect_json
+
+from ray_doctor.scan._normalise import clean, normalise_lines, wrap_width
+
+OOM = (
+    "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory. "
+    "Memory on the node (IP: 10.0.0.1, ID: 4cb2) where the task (task ID: 43, name=train, "
+    "pid=11362, memory used=1.25GB) was running was 27.71GB / 28.80GB (0.962273), which exceeds "
+    "the memory usage threshold of 0.95."
+)
+
+
+@pytest.mark.parametrize(
+    ("pasted", "text"),
+    [
+        ("\x1b[33m(raylet)\x1b[0m Killed", "(raylet) Killed"),
+        ("#033[2m(raylet)#033[0m Killed", "(raylet) Killed"),
+        ("^[[33m(raylet)^[[0m Killed", "(raylet) Killed"),
+        ("\\x1b[33m(raylet)\\x1b[0m Killed", "(raylet) Killed"),
+        ("[36m(raylet)[0m Killed", "(raylet) Killed"),
+        ("> > ValueError: bad", "ValueError: bad"),
+        ("&lt;Signals.SIGKILL: 9&gt;", "<Signals.SIGKILL: 9>"),
+        ("Killed\r\n", "Killed"),
+        ("**Killed**", "Killed"),
+        ("`RuntimeError: boom`", "RuntimeError: boom"),
+        ("```Note: you are using a GPU", "Note: you are using a GPU"),
+        ("# Traceback (most recent call last):", "Traceback (most recent call last):"),
+    ],
+)
+def test_markup_and_colour_codes_are_removed(pasted, text):
+    assert clean(pasted)[0] == text
+
+
+@pytest.mark.parametrize(
+    ("pasted", "text", "rank"),
+    [
+        (
+            "2024-05-01T10:00:00.123456789Z stderr F Traceback (most recent",
+            "Traceback (most recent",
+            None,
+        ),
+        ("[pod/ray-head-x7/ray-head] Killed", "Killed", None),
+        (
+            "Nov 23 04:23:46 node1 kernel: Out of memory: Killed process 12",
+            "Out of memory: Killed process 12",
+            None,
+        ),
+        (
+            "[12345.678901] Out of memory: Killed process 12",
+            "Out of memory: Killed process 12",
+            None,
+        ),
+        (
+            '[rank1]:   File "train.py", line 3, in <module>',
+            '  File "train.py", line 3, in <module>',
+            1,
+        ),
+        ("[default0]:RuntimeError: boom", "RuntimeError: boom", 0),
+        ("[1,0]<stderr>:RuntimeError: boom", "RuntimeError: boom", None),
+        ("0: RuntimeError: boom", "RuntimeError: boom", None),
+        ("2024-05-01T10:00:00Z [rank3]: RuntimeError: boom", "RuntimeError: boom", 3),
+    ],
+)
+def test_collector_prefixes_are_removed_and_ranks_kept(pasted, text, rank):
+    cleaned, prefixed, found_rank = clean(pasted)
+    assert (cleaned, prefixed, found_rank) == (text, True, rank)
+
+
+def test_ray_records_keep_their_timestamps():
+    line = "2024-05-01 10:00:00,123\tERROR tune_controller.py:1331 -- Trial task failed"
+    assert clean(line) == (line, False, None)
+
+
+def test_json_lines_records_are_unpacked_with_their_traceback():
+    record = {
+        "asctime": "2024-05-01 10:00:00",
+        "levelname": "ERROR",
+        "message": "Trial task failed for trial t_00000",
+        "exc_text": 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad',
+    }
+    fluentd = {"log": json.dumps(record) + "\n", "stream": "stderr"}
+    lines = list(normalise_lines(["first line\n", json.dumps(fluentd) + "\n"]))
+    assert [line.text for line in lines] == [
+        "first line",
+        "Trial task failed for trial t_00000",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1',
+        "ValueError: bad",
+    ]
+    assert {line.lineno for line in lines[1:]} == {2}
+
+
+def _hard_wrap(text: str, width: int) -> list[str]:
+    return [text[i : i + width] + "\n" for i in range(0, len(text), width)]
+
+
+def test_hard_wrapped_text_is_joined_and_numbered_from_its_first_line():
+    lines = ["Traceback (most recent call last):\n", *_hard_wrap(OOM, 100), "done\n"]
+    assert wrap_width([line.rstrip("\n") for line in lines]) == 100
+    logical = list(normalise_lines(lines))
+    assert logical[1].text == OOM
+    assert logical[1].lineno == 2
+    assert logical[2].text == "done"
+
+
+def test_repeated_lines_are_not_taken_for_wrapping():
+    lines = [OOM[:90] + "\n", OOM[:90] + "\n", "short\n"]
+    assert wrap_width([line.rstrip("\n") for line in lines]) is None
+
+
+def test_unwrapped_text_is_left_alone():
+    lines = [OOM + "\n", "short\n", OOM[:90] + "\n"]
+    assert wrap_width([line.rstrip("\n") for line in lines]) is None
+    assert [line.text for line in normalise_lines(lines)] == [OOM, "short", OOM[:90]]
+
+
+def test_inspect_reads_a_wrapped_coloured_quoted_paste(tmp_path):
+    body = "".join(f"> \x1b[31m{chunk}" for chunk in _hard_wrap(OOM, 110))
+    pasted = tmp_path / "issue.md"
+    pasted.write_text("Here is my error:\r\n```\r\n" + body.replace("\n", "\r\n") + "```\r\n")
+    code, report = inspect_json(str(pasted))
+    assert code == 1
+    (finding,) = report["findings"]
+    assert finding["rule"] == "oom-ray-memory-monitor"
+    assert "28.80GB" in finding["message"]
+    # The evidence points at the line the wrapped text started on in the pasted file.
+    assert finding["evidence"][0]["line"] == 3
