@@ -240,6 +240,9 @@ class ScanError:
 
     path: str
     reason: str
+    # Where the file ends when it ends mid-write (0: empty): its writer was killed or the
+    # storage filled up. None when the file is broken some other way, or whole.
+    cut_off_at: int | None = None
 
 
 @dataclass

@@ -29,6 +29,7 @@ from ray_doctor.rules.disk_full import DiskFull
 from ray_doctor.rules.failure_changed import FailureChanged
 from ray_doctor.rules.failure_not_reproduced import FailureNotReproduced
 from ray_doctor.rules.failure_reproduced import FailureReproduced
+from ray_doctor.rules.file_truncated import FileTruncated
 from ray_doctor.rules.memory_headroom_low import MemoryHeadroomLow
 from ray_doctor.rules.metric_nonfinite import MetricNonfinite
 from ray_doctor.rules.missing_module import MissingModule
@@ -65,6 +66,7 @@ RULES: tuple[type[Rule], ...] = (
     MetricNonfinite,
     TrialStalled,
     DiskFull,
+    FileTruncated,
     StorageUnreachable,
     MissingModule,
     ResourcesInsufficient,

@@ -226,6 +226,20 @@ def _unique(evidence: list[Evidence]) -> list[Evidence]:
     return out
 
 
+def texts_of(experiment: Experiment, failure: Failure | None) -> list[str]:
+    """A failure's lines (or, for log evidence, those of the run's own failures) and the log
+    lines the scan kept: where other evidence can stand."""
+    failures = [failure] if failure is not None else experiment.failures
+    texts = [line for f in failures for _, line in f.lines()]
+    return texts + [event.line for event in experiment.events]
+
+
+def mentions(experiment: Experiment, failure: Failure | None, sigs: Iterable[Signature]) -> bool:
+    """Whether any of `sigs` appears in the failure or the kept log lines."""
+    table = tuple(sigs)
+    return any(sig.pattern.search(text) for text in texts_of(experiment, failure) for sig in table)
+
+
 def hit_text(hit: Hit) -> str:
     """The whole failure block of a hit, or its log line."""
     if hit.failure is not None:

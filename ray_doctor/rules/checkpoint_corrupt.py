@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import resume_hint, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
 
 CHECKPOINT_PATH = re.compile(r"(checkpoint_[\w.:-]+)")
 
+# Ray's own readers of a trial's pickled error (ray/tune/experiment/trial.py, result_grid.py).
+RAY_ERROR_READERS = {"get_pickled_error", "_populate_exception"}
 TORCH_ZIP = "torch zip reader (caffe2/serialize/inline_container.cc)"
 CORRUPT = signatures(
     wording(
@@ -106,6 +108,13 @@ class CheckpointCorrupt(SignatureRule):
     )
     example = "fixtures/tune_corrupt_checkpoint"
     signatures = CORRUPT
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # Ray itself unpickling a trial's error.pkl (cut off when the disk filled up) is not a
+        # checkpoint: the file that ran out of input is named by the frame.
+        return failure is not None and any(
+            frame.function in RAY_ERROR_READERS for frame in failure.frames
+        )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         named = first_group(hit, CHECKPOINT_PATH)

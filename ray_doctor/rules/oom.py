@@ -19,6 +19,7 @@ from ray_doctor.rules._signature import (
     hit_text,
     search,
     signatures,
+    texts_of,
     wording,
 )
 
@@ -335,12 +336,6 @@ OTHER_DEATH = re.compile(
 )
 
 
-def _texts(experiment: Experiment, failure: Failure | None) -> list[str]:
-    """The failure's lines and the log lines the scan kept: what a kill notice can be in."""
-    texts = [line for _, line in failure.lines()] if failure is not None else []
-    return texts + [event.line for event in experiment.events]
-
-
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
     if failure is not None and search(RAY_MONITOR, failure):
         return True
@@ -526,7 +521,7 @@ class OomKilledByOs(SignatureRule):
             return True
         # Ray's "worker died" texts say SIGKILL or a crash; when the text shows a crash and
         # nothing shows memory running out, it was the crash.
-        texts = _texts(experiment, failure)
+        texts = texts_of(experiment, failure)
         confirmed = any(sig.pattern.search(t) for t in texts for sig in OS_KILL_CONFIRMED)
         return not confirmed and any(OTHER_DEATH.search(t) for t in texts)
 

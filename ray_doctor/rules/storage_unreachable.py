@@ -5,9 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
-from ray_doctor.model import Evidence, Experiment
+from ray_doctor.model import Evidence, Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    mentions,
+    search,
+    signatures,
+    wording,
+)
+from ray_doctor.rules.disk_full import FULL
 from ray_doctor.storage import is_uri
 
 ARROW_S3 = "pyarrow S3FileSystem (arrow/cpp/src/arrow/filesystem/s3fs.cc), used by Ray storage"
@@ -88,6 +96,15 @@ class StorageUnreachable(SignatureRule):
     commands = ("inspect", "smoke")
     example = "fixtures/tune_storage_unreachable"
     signatures = UNREACHABLE
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # A sync or upload that failed because the volume is full is disk-full's: the
+        # storage was reached. The trials' own errors say so as often as the driver's log.
+        if mentions(experiment, failure, FULL):
+            return True
+        return failure is None and any(
+            search(FULL, f) for trial in experiment.trials for f in trial.failures
+        )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         message = (

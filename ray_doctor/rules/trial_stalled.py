@@ -3,17 +3,45 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Trial, TrialStatus
 from ray_doctor.rules._base import Rule, subject_name, trial_subject
 
-# A trial is stalled when its silence lasts this many of its own report intervals, and at
-# least MIN_SILENCE_S, while the experiment kept going.
+# A trial is stalled when its silence lasts this many report intervals, its own and the
+# sweep's (the median of its siblings'), while the experiment kept going. No absolute floor:
+# a sweep that reports ten times a second hangs as surely as one that reports every minute.
 SILENCE_FACTOR = 10
-MIN_SILENCE_S = 30.0
+# Trials a scheduler stopped (ASHA, HyperBand, median stopping) fall silent at the same rung:
+# as many silent trials stopped at one iteration as this are a rung, not a hang.
+RUNG_SIZE = 2
 TIME_BUDGET = re.compile(r"Reached timeout of [\d.]+ seconds|time_budget_s|TimeoutStopper")
+
+
+def _time_budget(experiment: Experiment) -> Evidence | None:
+    """What says a time budget ended the run: the driver's line, or the stopper the
+    experiment state records (TuneConfig(time_budget_s=...) becomes a TimeoutStopper)."""
+    event = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
+    if event is not None:
+        return event.source
+    if "TimeoutStopper" in str(experiment.runner.get("_stopper_classes", "")):
+        where = f"{experiment.path}/{experiment.state_file}" if experiment.state_file else ""
+        return Evidence(where, None, "runner_data._stopper: TimeoutStopper (a time budget)")
+    return None
+
+
+def _finished_itself(trial: Trial) -> bool:
+    """The trial's last row says it was done (its trainable returned)."""
+    return trial.last_result.get("done") is True
+
+
+def _median(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def _cadence(trial: Trial) -> float | None:
@@ -36,7 +64,11 @@ class TrialStalled(Rule):
         dramatically slower (swapping, thermal or resource contention).
     Evidence it uses:
         Each trial's first and last report times and row count in result.json, the
-        experiment's last activity, trial statuses, and a time-budget stop in the driver log.
+        experiment's last activity, the sweep's own report interval (the median of the
+        trials'), trial statuses and whether the last row says `done`, and a time-budget stop:
+        the driver's line, or the TimeoutStopper the experiment state records (its class name
+        read from the pickle bytes, never unpickled). Trials that fell silent together at one
+        iteration were stopped by a scheduler's rung, not hung.
     Fix:
         Take stack traces of the live worker (`ray stack`, or `py-spy dump --pid <pid>` on its
         node; the pid is in the trial's last result) the next time it happens. Add timeouts
@@ -58,17 +90,26 @@ class TrialStalled(Rule):
         if len(times) < 2:
             return
         last_activity = max(times)
-        budget = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
+        budget = _time_budget(experiment)
+        sweep_cadence = _median([c for t in experiment.trials if (c := _cadence(t))])
+        silent = []
         for trial in experiment.trials:
             cut_by_budget = budget is not None and trial.status == TrialStatus.TERMINATED
             if trial.status != TrialStatus.RUNNING and not cut_by_budget:
+                continue
+            if cut_by_budget and _finished_itself(trial):
                 continue
             cadence = _cadence(trial)
             if cadence is None or trial.last_result_time is None:
                 continue
             silence = last_activity - trial.last_result_time
-            if silence < max(SILENCE_FACTOR * cadence, MIN_SILENCE_S):
-                continue
+            if silence >= SILENCE_FACTOR * max(cadence, sweep_cadence or cadence):
+                silent.append((trial, silence, cadence))
+        rungs = Counter(t.history.last_iteration for t, _, _ in silent if t.history)
+        for trial, silence, cadence in silent:
+            at_rung = trial.history and rungs[trial.history.last_iteration] >= RUNG_SIZE
+            if trial.status == TrialStatus.TERMINATED and at_rung:
+                continue  # stopped by a scheduler at a milestone
             yield self._finding(experiment, trial, silence, cadence, budget)
 
     def _finding(self, experiment, trial, silence, cadence, budget) -> Finding:
@@ -91,7 +132,7 @@ class TrialStalled(Rule):
             )
         ]
         if budget is not None:
-            evidence.append(budget.source)
+            evidence.append(budget)
         where = f" (pid {pid} on {host})" if pid and host else ""
         fix = (
             f"Next time, take the hung worker's stack{where}: `ray stack` or `py-spy dump --pid "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,33 @@ def opaque(value: Any) -> Any:
     if isinstance(value, list):
         return [opaque(v) for v in value]
     return value
+
+
+# Tune's stoppers, by class name: the runner keeps its stopper as a pickle. Its class name is
+# read from the bytes (a string in the pickle), never by unpickling.
+STOPPER_NAMES = re.compile(
+    rb"(TimeoutStopper|MaximumIterationStopper|TrialPlateauStopper|ExperimentPlateauStopper|"
+    rb"CombinedStopper|FunctionStopper|NoopStopper)"
+)
+
+
+def pickled_class_names(value: Any) -> list[str]:
+    """The known stopper classes named inside a CLOUDPICKLE_FALLBACK value (hex pickle)."""
+    if not (isinstance(value, dict) and value.get("_type") == "CLOUDPICKLE_FALLBACK"):
+        return []
+    try:
+        raw = bytes.fromhex(str(value.get("value", "")))
+    except ValueError:
+        return []
+    return sorted({m.decode() for m in STOPPER_NAMES.findall(raw)})
+
+
+def _runner_items(data: dict[str, Any]) -> dict[str, Any]:
+    items = _scalar_items(data)
+    stoppers = pickled_class_names(data.get("_stopper"))
+    if stoppers:
+        items["_stopper_classes"] = ",".join(stoppers)
+    return items
 
 
 def _scalar_items(data: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +260,7 @@ def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
     runner, stats = data.get("runner_data"), data.get("stats")
     state = StateFile(
         format=key,
-        runner=_scalar_items(runner) if isinstance(runner, dict) else {},
+        runner=_runner_items(runner) if isinstance(runner, dict) else {},
         stats=_scalar_items(stats) if isinstance(stats, dict) else {},
     )
     elements = data[key]
@@ -292,7 +320,7 @@ def read_state_elements(
             else:
                 value = reader.value()
                 if key == "runner_data" and isinstance(value, dict):
-                    state.runner = _scalar_items(value)
+                    state.runner = _runner_items(value)
                 elif key == "stats" and isinstance(value, dict):
                     state.stats = _scalar_items(value)
             sep = reader.peek()

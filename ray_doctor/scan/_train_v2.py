@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ray_doctor.model import Checkpoint, Experiment, Layout, ScanError, Trial, TrialStatus
+from ray_doctor.scan._cutoff import json_cut_off
 from ray_doctor.scan._results import scalars
 from ray_doctor.storage import Entry, Storage, StorageError
 
@@ -113,7 +114,8 @@ def _read_snapshot(storage: Storage, entry: Entry, errors: list[ScanError]) -> d
         errors.append(ScanError(exc.path, exc.reason))
         return {}
     except (ValueError, UnicodeDecodeError) as exc:
-        errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}"))
+        cut = json_cut_off(storage, entry)
+        errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}", cut))
         return {}
     if not isinstance(data, dict):
         errors.append(ScanError(storage.display(entry.path), "not a JSON object"))

@@ -7,6 +7,7 @@ import re
 from functools import partial
 
 from ray_doctor.model import Checkpoint, ScanError, Trial, TrialStatus
+from ray_doctor.scan._cutoff import json_cut_off
 from ray_doctor.scan._errorfile import parse_error_lines
 from ray_doctor.scan._results import (
     iter_result_rows,
@@ -141,7 +142,9 @@ def _read_history(
     if history is None:
         return
     if history.truncated_tail:
-        errors.append(ScanError(history.path, f"line {history.bad_lines[-1]} is cut off mid-write"))
+        size = _size(storage, files["result.json"]) if "result.json" in files else None
+        reason = f"line {history.bad_lines[-1]} is cut off mid-write"
+        errors.append(ScanError(history.path, reason, size))
     bad = [
         n for n in history.bad_lines if not (history.truncated_tail and n == history.bad_lines[-1])
     ]
@@ -166,6 +169,16 @@ def _read_errors(
         errors.append(ScanError(exc.path, exc.reason))
 
 
+def _size(storage: Storage, entry: Entry) -> int | None:
+    if entry.size is not None:
+        return entry.size
+    try:
+        found = storage.stat(entry.path)
+    except StorageError:
+        return None
+    return found.size if found is not None else None
+
+
 def read_params(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict:
     try:
         data = json.loads(storage.read_bytes(entry.path, MAX_PARAMS))
@@ -173,7 +186,8 @@ def read_params(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict
         errors.append(ScanError(exc.path, exc.reason))
         return {}
     except (ValueError, UnicodeDecodeError) as exc:
-        errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}"))
+        cut = json_cut_off(storage, entry)
+        errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}", cut))
         return {}
     return opaque(data) if isinstance(data, dict) else {}
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._cache import ScanCache
+from ray_doctor.scan._cutoff import json_cut_off
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,
@@ -41,7 +42,8 @@ def _load_state(
             records = list(trials)
         except (StateError, StorageError) as exc:
             reason = exc.reason if isinstance(exc, StorageError) else f"not valid JSON: {exc}"
-            errors.append(ScanError(storage.display(entry.path), reason))
+            cut = None if isinstance(exc, StorageError) else json_cut_off(storage, entry)
+            errors.append(ScanError(storage.display(entry.path), reason, cut))
             continue
         return entry, state, records
     return None, None, []

@@ -25,6 +25,7 @@ HEADLINES = {
     "tune_insufficient_resources": "resources-insufficient",
     "tune_no_checkpoint": "retries-exhausted",
     "tune_config_correlated": "trial-error",
+    "tune_storage_full": "disk-full",
 }
 HEALTHY = [
     "tune_healthy",

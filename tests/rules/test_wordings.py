@@ -15,10 +15,7 @@ from ray_doctor.scan._logs import _classify
 from ray_doctor.scan._normalise import clean
 
 WORDINGS = [
-    (rule, sig)
-    for rule in INSPECT_RULES
-    if hasattr(rule, "wordings")
-    for sig in rule.wordings()
+    (rule, sig) for rule in INSPECT_RULES if hasattr(rule, "wordings") for sig in rule.wordings()
 ]
 
 
