@@ -129,10 +129,14 @@ class SignatureRule(Rule):
         """True when a more telling rule owns this failure (see the OOM family)."""
         return False
 
+    def search_failure(self, failure: Failure) -> Hit | None:
+        """The failure's first signature; a rule may also know the failure by its frames."""
+        return search(self.signatures, failure)
+
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         fired: list[Finding] = []
         for trial, failure, subject in ended_by(experiment):
-            hit = search(self.signatures, failure)
+            hit = self.search_failure(failure)
             if hit is None or self.excluded(experiment, failure):
                 continue
             hit = Hit(hit.signature, hit.match, hit.evidence, failure, trial)

@@ -41,6 +41,15 @@ FULL = signatures(
         "required.",
     ),
     wording(
+        "Kubernetes eviction: disk",
+        r"The node was low on resource: ephemeral-storage|"
+        r"ephemeral local storage usage exceeds the total limit",
+        "Kubernetes kubelet eviction manager (pkg/kubelet/eviction)",
+        "Kubernetes 1.x",
+        "Status: Failed  Reason: Evicted  Message: The node was low on resource: "
+        "ephemeral-storage.",
+    ),
+    wording(
         "disk quota",
         r"Disk quota exceeded|EDQUOT|\[Errno 122\]",
         "the OS (EDQUOT) through Python OSError",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
+from ray_doctor.rules._signature import Hit, SignatureRule, signatures, texts_of, wording
 
 MISSING = signatures(
     wording(
@@ -44,7 +44,9 @@ class MissingModule(SignatureRule):
         package) needs it on every node.
     Evidence it uses:
         The import error text and the module it names, from error.txt, the driver log or the
-        worker logs.
+        worker logs. A dotted name (`No module named 'a.b'`) is not this rule's: Python names
+        the first part it cannot find, so `a` is installed and lacks `b` (a version mismatch,
+        or a local `a.py` shadowing the package).
     Fix:
         Install it everywhere: add it to the cluster's image, or ship it with the job:
         `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
@@ -60,6 +62,18 @@ class MissingModule(SignatureRule):
     severity = Severity.ERROR
     example = "fixtures/tune_missing_module"
     signatures = MISSING
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # Python names the first part of a dotted import it cannot find. "No module named
+        # 'a.b'" therefore says `a` was imported: the package is there and lacks `b` (a
+        # version or API mismatch, or a local file `a.py` shadowing it: "'a' is not a
+        # package"), which installing `a` does not fix.
+        for text in texts_of(experiment, failure):
+            for sig in MISSING:
+                found = sig.pattern.search(text)
+                if found:
+                    return "." in found.group(1) or "is not a package" in text
+        return False
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         module = hit.match.group(1)

@@ -65,6 +65,14 @@ NCCL = signatures(
         "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, internal error",
     ),
     wording(
+        "NCCL Error N (old torch)",
+        r"NCCL Error \d+: (?:unhandled|internal|invalid)",
+        "torch c10d NCCL_CHECK before the 'NCCL error in:' wording (torch/lib/c10d)",
+        "torch 1.0-1.5",
+        "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:400, "
+        "NCCL Error 2: unhandled system error",
+    ),
+    wording(
         "NCCL communicator aborted",
         r"NCCL communicator was aborted",
         "torch c10d ProcessGroupNCCL",

@@ -57,6 +57,16 @@ RAY_MONITOR = signatures(
         "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
     ),
     wording(
+        "memory monitor kill (first wording)",
+        r"System memory low at node with IP \S+\. Used memory .* exceeds threshold [\d.]+, "
+        r"killing",
+        RAYLET,
+        "Ray 2.0-2.1",
+        "(raylet) node_manager.cc:2963: System memory low at node with IP 172.17.0.2. Used "
+        "memory (23.63GB) / total capacity (33.28GB) (0.709971) exceeds threshold 0.7, killing "
+        "latest task with name f()",
+    ),
+    wording(
         "raylet kill notice",
         r"Killing (\d+) worker\(s\), kill details: Memory on the node",
         RAYLET,
@@ -230,6 +240,14 @@ OS_KILL_CONFIRMED = signatures(
         "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137",
     ),
     wording(
+        "Kubernetes eviction: memory",
+        r"The node was low on resource: memory",
+        "Kubernetes kubelet eviction manager (pkg/kubelet/eviction)",
+        "Kubernetes 1.x",
+        "Status: Failed  Reason: Evicted  Message: The node was low on resource: memory. "
+        "Container ray-worker was using 30Gi, which exceeds its request of 8Gi.",
+    ),
+    wording(
         "Slurm oom-kill event",
         r"Detected (\d+) oom[-_]kill event|[Ee]xceeded (?:job|step) memory limit|"
         r"task \d+: Out Of Memory|\bOUT_OF_MEMORY\b",
@@ -283,6 +301,7 @@ MEMORY_WITNESS = {
     "kernel OOM killer": "the kernel log says so",
     "kernel OOM killer (cgroup)": "the kernel log says so: the cgroup's memory limit",
     "Kubernetes OOMKilled": "Kubernetes says OOMKilled: the container's memory limit",
+    "Kubernetes eviction: memory": "Kubernetes evicted the pod: the node was low on memory",
     "Slurm oom-kill event": "Slurm says so: the job's memory limit (cgroup)",
 }
 # Ray saying a worker died without a Python exception: SIGKILL or a crash, it cannot tell.
@@ -333,6 +352,8 @@ OTHER_DEATH = re.compile(
     r"terminate called after throwing|"
     r"Signal (?:11|6|7|4|8) \((?:SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE)\) received|"
     r"exitcode\s*:\s*-(?:11|6|7|4|8)\b"
+    # Lightning's DDP launcher kills its own process group when a child fails with an error.
+    r"|Child process with PID \d+ terminated with code [1-9]"
 )
 
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_match, signatures, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    first_match,
+    signatures,
+    texts_of,
+    wording,
+)
 
 TUNE_RESOURCES = (
     "Ray Tune insufficient-resources manager (tune/execution/insufficient_resources_manager.py)"
@@ -23,11 +30,29 @@ WAITING = signatures(
     ),
     wording(
         "Tune: cluster smaller than the request",
-        r"You asked for [\d.]+ (?:cpu|CPUs) and [\d.]+ (?:gpu|GPUs) per trial, but the cluster only has",
+        r"You asked for [\d.]+ (?:cpu|CPUs) and [\d.]+ (?:gpu|GPUs) per trial",
         TUNE_RESOURCES,
         "Ray 1.9-2.60 (older releases say '4.0 cpu', newer '4.0 CPUs')",
         "Ignore this message if the cluster is autoscaling. You asked for 4.0 cpu and 0 gpu per "
         "trial, but the cluster only has 2.0 cpu and 0 gpu.",
+    ),
+    wording(
+        "Tune: trial started without free resources",
+        r"does not have enough free resources",
+        "Ray Tune RayTrialExecutor (tune/ray_trial_executor.py)",
+        "Ray 0.6-1.x",
+        "WARNING:ray.tune.ray_trial_executor:Allowing trial to start even though the cluster "
+        "does not have enough free resources. Trial actors may appear to hang until enough "
+        "resources are added to the cluster (e.g., via autoscaling).",
+    ),
+    wording(
+        "Kubernetes: pod cannot be scheduled",
+        r"\d+/\d+ nodes are available: .*Insufficient (?:cpu|memory|nvidia\.com/gpu|"
+        r"ephemeral-storage)",
+        "Kubernetes kube-scheduler (FailedScheduling event)",
+        "Kubernetes 1.x",
+        "Warning  FailedScheduling  2m20s  default-scheduler  0/3 nodes are available: 3 "
+        "Insufficient cpu, 3 Insufficient memory.",
     ),
     wording(
         "Tune: nothing started",
@@ -96,6 +121,24 @@ HAS = re.compile(
 )
 
 
+# Ray 1.x core worker: "It requires {CPU: 1.000000} for placement, but this node only has
+# remaining {node:10.0.0.1: 1.000000}, {CPU: 2.000000}, {memory: ...}."
+PLACEMENT = re.compile(
+    r"It requires (?P<required>\{[^}]*\}(?:, \{[^}]*\})*) for placement, but this node only "
+    r"has remaining (?P<remaining>\{[^}]*\}(?:, \{[^}]*\})*)"
+)
+AMOUNT = re.compile(r"\{?([\w:.-]+): ([\d.]+)")
+
+
+def _amounts(text: str) -> dict[str, float]:
+    return {name: float(value) for name, value in AMOUNT.findall(text)}
+
+
+def _covered(required: str, remaining: str) -> bool:
+    need, have = _amounts(required), _amounts(remaining)
+    return bool(need) and all(have.get(name, 0.0) >= amount for name, amount in need.items())
+
+
 class ResourcesInsufficient(SignatureRule):
     """Trials or a Train worker group never started: no node can give what they request.
 
@@ -130,6 +173,16 @@ class ResourcesInsufficient(SignatureRule):
     commands = ("inspect", "smoke")
     example = "fixtures/tune_insufficient_resources"
     signatures = WAITING
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # Ray 1.x printed "cannot be scheduled right now" for requests the node could hold
+        # (a scheduler race): when the node's remaining resources cover every requested one,
+        # the numbers say it was not short.
+        for text in texts_of(experiment, failure):
+            placement = PLACEMENT.search(text)
+            if placement and _covered(placement["required"], placement["remaining"]):
+                return True
+        return False
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         pending = [t for t in experiment.trials if t.status.value == "PENDING"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
@@ -9,6 +10,7 @@ from ray_doctor.model import Evidence, Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
+    Signature,
     SignatureRule,
     mentions,
     search,
@@ -65,6 +67,32 @@ UNREACHABLE = signatures(
 )
 
 
+# Ray's storage functions: an error raised inside them is the storage path failing to answer.
+# ray/train/_internal/storage.py (Ray 2.7-2.60); ray/tune/syncer.py and trainable.py's cloud
+# upload (Ray 1.x-2.6).
+RAY_STORAGE_CALLS = {
+    "_sync_trial_checkpoint",
+    "_maybe_save_to_cloud",
+    "sync_up",
+    "sync_down",
+    "sync_up_to_cloud",
+    "_check_validation_file",
+    "_create_validation_file",
+    "_exists_at_fs_path",
+    "persist_current_checkpoint",
+    "_upload_to_fs_path",
+    "_download_from_fs_path",
+    "_pyarrow_fs_copy_files",
+    "_list_at_fs_path",
+}
+STORAGE_FRAMES = Signature(
+    "Ray storage call failed", re.compile(r".*"), "Ray Train/Tune storage", "Ray 2.7-2.60"
+)
+# pyarrow's fsspec bridge rejecting what a filesystem library returned (pyarrow/fs.py): a
+# library version problem, not an unreachable storage.
+FS_LIBRARY_BUG = signatures(("fsspec path outside base dir", r"which is outside base dir"))
+
+
 class StorageUnreachable(SignatureRule):
     """The run could not use its storage_path: set-up failed, uploads failed, or nodes do not share it.
 
@@ -78,8 +106,11 @@ class StorageUnreachable(SignatureRule):
         see it (Ray 2.7+ writes checkpoints from the workers directly), the bucket or NFS
         mount is missing or not writable from every node, or the credentials lack rights.
     Evidence it uses:
-        Ray's storage error text in error.txt or the logs; for the multi-node case, the
-        `node_ip` each trial reported and whether storage_path is a local path.
+        Ray's storage error text in error.txt or the logs; an error raised inside Ray's own
+        storage calls (the traceback's frames: `persist_current_checkpoint`,
+        `_check_validation_file`, Ray 1.x's `_maybe_save_to_cloud`, ...) when the message was
+        lost; for the multi-node case, the `node_ip` each trial reported and whether
+        storage_path is a local path. A sync that failed on a full disk is `disk-full`'s.
     Fix:
         Use storage every node can reach: `RunConfig(storage_path="s3://bucket/path")` (or
         `gs://`, or a shared NFS path mounted at the same place on every node), and check that
@@ -97,10 +128,24 @@ class StorageUnreachable(SignatureRule):
     example = "fixtures/tune_storage_unreachable"
     signatures = UNREACHABLE
 
+    def search_failure(self, failure: Failure) -> Hit | None:
+        hit = super().search_failure(failure)
+        if hit is not None:
+            return hit
+        # An error raised inside Ray's own storage layer (a pasted traceback often loses the
+        # message after "OSError: When ..."): the frames say where it failed.
+        frame = next((f for f in failure.frames if f.function in RAY_STORAGE_CALLS), None)
+        if frame is None:
+            return None
+        where = f"{frame.function} in Ray's storage layer raised {failure.exc_type}"
+        line = failure.exc_line or Evidence(frame.file, frame.line, where)
+        match = STORAGE_FRAMES.pattern.match(where)
+        return Hit(STORAGE_FRAMES, match, line, failure) if match else None
+
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
         # A sync or upload that failed because the volume is full is disk-full's: the
         # storage was reached. The trials' own errors say so as often as the driver's log.
-        if mentions(experiment, failure, FULL):
+        if mentions(experiment, failure, FULL) or mentions(experiment, failure, FS_LIBRARY_BUG):
             return True
         return failure is None and any(
             search(FULL, f) for trial in experiment.trials for f in trial.failures

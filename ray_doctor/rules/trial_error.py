@@ -17,6 +17,7 @@ from ray_doctor.rules._base import (
     resume_hint,
     subject_name,
 )
+from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
 
 def _fix(experiment: Experiment, failure: Failure | None) -> str:
@@ -85,6 +86,8 @@ class TrialError(Rule):
             fix = _fix(experiment, failure)
             yield self.finding(experiment, message, fix, evidence, trial=trial)
         for index, failure in enumerate(experiment.failures):
+            if says_trials_incomplete(failure):
+                continue  # Tune's own summary of unfinished trials: trial-incomplete's words
             message = (
                 f"The run failed{describe_ranks(failure)} with {failure.summary}"
                 f"{describe_frame(failure)}."

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 
-from ray_doctor.model import Evidence, Experiment
-from ray_doctor.rules._base import Finding, Precedence, Rule, Severity, stop_subject
+from ray_doctor.model import Evidence, Experiment, Failure
+from ray_doctor.rules._base import (
+    Finding,
+    Precedence,
+    Rule,
+    Severity,
+    failure_evidence,
+    failure_subject,
+    stop_subject,
+)
 
 SHOWN = 5
+
+
+# TuneError's text (ray/tune/tune.py): ('Trials did not complete', [trial_a, trial_b]).
+TRIALS_INCOMPLETE = re.compile(r"Trials did not complete")
+TRIAL_LIST = re.compile(r"Trials did not complete'?,?:? ?\[([^\]]*)\]")
+
+
+def says_trials_incomplete(failure: Failure) -> bool:
+    """The failure is Tune's summary that trials did not complete, nothing more."""
+    return failure.exc_type in ("TuneError", None) and bool(
+        TRIALS_INCOMPLETE.search(failure.summary or "")
+    )
 
 
 class TrialIncomplete(Rule):
@@ -41,7 +62,28 @@ class TrialIncomplete(Rule):
     specificity = Precedence.INCOMPLETE
     example = "fixtures/tune_driver_killed"
 
+    def _from_tune_error(self, experiment: Experiment) -> Iterator[Finding]:
+        """The driver's own TuneError('Trials did not complete', [...]) (`tune.run` raises it;
+        `Tuner.fit` logs it): Tune's word for trials that did not finish. Any other error in
+        the same text says more, and leads (see `Precedence`)."""
+        for index, failure in enumerate(experiment.failures):
+            if not says_trials_incomplete(failure):
+                continue
+            found = failure.evidence_for(TRIALS_INCOMPLETE)
+            evidence = [found[0]] if found else failure_evidence(failure)
+            listed = TRIAL_LIST.search(failure.text)
+            names = f" ({listed.group(1)[:200]})" if listed else ""
+            yield self.finding(
+                experiment,
+                f"Tune stopped with trials that did not complete{names}; the error that ended "
+                "them is not in this text.",
+                self._fix(),
+                evidence,
+                subject=failure_subject(experiment, index),
+            )
+
     def check(self, experiment: Experiment) -> Iterator[Finding]:
+        yield from self._from_tune_error(experiment)
         unfinished = [t for t in experiment.trials if t.status.unfinished and t.in_state]
         stop_events = [
             e for e in experiment.events if e.kind in ("interrupted", "trials-incomplete")

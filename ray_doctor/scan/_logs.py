@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._normalise import TextLine, normalise_lines
-from ray_doctor.scan._traceback import CHAIN_MARKERS, is_exception_line, parse_failure
+from ray_doctor.scan._traceback import CHAIN_MARKERS, FRAME, is_exception_line, parse_failure
 from ray_doctor.storage import Entry, Storage, StorageError
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
@@ -47,11 +47,13 @@ CAUSE_WORDS = (
     r"killed process|\bkill(ed|ing)?\b|selected to kill|sigkill|signals?\.sig|signal \d+",
     r"exit(ed)? ?(with )?(code|status)|exit_?code|return ?code|exit_type|worker exit|died",
     r"sigsegv|segmentation fault|fatal python error|illegal memory access|core dumped|sigabrt",
-    r"sigbus|bus error|device-side assert",
+    r"sigbus|bus error|device-side assert|illegal instruction|check failed|terminate called",
+    r"terminated with (code|signal)",
     r"timed? ?out|timeout|watchdog|barrier|rendezvous|collective|hang|subset of ranks|stall",
     r"address already in use|eaddrinuse|errno:? ?(98|48|28|122)\b|10048|one usage of each socket",
     r"port number|failed to (listen|bind)|\bports?\b.{0,40}\b(in use|used by|occupied)",
     r"no space left|enospc|disk quota|disk is full|outofdisk|over \d+% full|file write failed",
+    r"low on resource|ephemeral",
     r"unexpected pos|inline_container",
     r"insufficient|cannot be scheduled|no available node types|infeasible|not enough resources",
     r"placement group|not started in the last|worker group start|per trial|no trial is running",
@@ -170,6 +172,9 @@ class _TextLogParser:
             self._close()
         if line.startswith("Traceback (most recent call last)"):
             self._open(lineno, line, pid, header=True)
+        elif FRAME.match(line):
+            # A traceback pasted without its first line still starts with its frames.
+            self._open(lineno, line, pid, header=False)
         elif pid is None and STANDALONE_EXCEPTION.match(line) and is_exception_line(line):
             # An exception line with no traceback (a pasted error, a logged `repr`): a failure
             # of its own, with its message lines.
