@@ -103,8 +103,25 @@ WAITING = signatures(
         "This is likely due to all cluster resources being claimed by actors.",
     ),
     wording(
+        "pending, cannot be scheduled",
+        r"is pending and cannot currently be scheduled",
+        "Ray core worker warning (python/ray/worker.py)",
+        "Ray 0.8-1.0",
+        "WARNING worker.py:1134 -- The actor or task with ID ffff is pending and cannot "
+        "currently be scheduled. It requires {GPU: 0.100000}, {CPU: 1.000000} for execution",
+    ),
+    wording(
+        "vLLM: tensor parallel larger than the cluster",
+        r"Tensor parallel size \(\d+\) exceeds available GPUs \(\d+\)",
+        "vLLM on Ray (vllm/executor/ray_utils.py)",
+        "vLLM 0.4-0.11",
+        "WARNING [ray_utils.py:352] Tensor parallel size (16) exceeds available GPUs (8). This "
+        "may result in Ray placement group allocation failures.",
+    ),
+    wording(
         "cannot be scheduled",
-        r"cannot be scheduled right now|is infeasible",
+        r"cannot be scheduled right now|is infeasible|"
+        r"The following resource request cannot be sch",
         "Ray core (raylet scheduling)",
         "Ray 1.x-2.60",
         "The actor or task with ID ffff cannot be scheduled right now. It requires {CPU: 1} for "

@@ -27,9 +27,10 @@ TRIAL_LIST = re.compile(r"Trials did not complete'?,?:? ?\[([^\]]*)\]")
 
 def says_trials_incomplete(failure: Failure) -> bool:
     """The failure is Tune's summary that trials did not complete, nothing more."""
-    return failure.exc_type in ("TuneError", None) and bool(
-        TRIALS_INCOMPLETE.search(failure.summary or "")
-    )
+    # A traceback pasted without its last line still shows Tune's own `raise TuneError(
+    # "Trials did not complete", ...)` source line.
+    text = failure.summary if failure.exc_type else failure.text
+    return failure.exc_type in ("TuneError", None) and bool(TRIALS_INCOMPLETE.search(text or ""))
 
 
 class TrialIncomplete(Rule):
