@@ -584,21 +584,26 @@ def schema() -> None:
 
 @app.command("rules")
 def list_rules() -> None:
-    """List the diagnosis rules and their ids."""
+    """List the diagnosis rules and their ids, by the command that reports them."""
     from rich.console import Console
     from rich.table import Table
 
     from ray_doctor.rules import RULES
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("id")
-    table.add_column("severity")
-    table.add_column("command")
-    table.add_column("what it detects")
-    for rule in RULES:
-        commands = ", ".join(c.replace("verify-checkpoint", "verify") for c in rule.commands)
-        table.add_row(rule.id, rule.severity.value, commands, rule.doc().summary)
-    Console().print(table)
+    console = Console()
+    for command in ("inspect", "verify-checkpoint", "smoke"):
+        # One short line per rule, so the list reads at 80 columns; `explain` has the rest.
+        table = Table(box=None, pad_edge=False, show_header=False, title_justify="left")
+        table.title = f"[bold]{command}[/bold]"
+        table.add_column("id", no_wrap=True)
+        table.add_column("severity", no_wrap=True)
+        table.add_column("title", overflow="fold")
+        for rule in RULES:
+            if command in rule.commands:
+                table.add_row(rule.id, rule.severity.value, rule.title)
+        console.print(table)
+        console.print()
+    console.print("`ray-doctor explain ID` prints a rule's page: what it detects, why, the fix.")
 
 
 @app.command()

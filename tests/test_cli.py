@@ -179,6 +179,18 @@ def test_rules_and_explain():
     assert unknown.returncode == 2 and "known rules" in unknown.stderr
 
 
+def test_rules_list_reads_at_80_columns():
+    from ray_doctor.rules import RULES
+
+    listed = run_cli("rules", env={"COLUMNS": "80"})
+    lines = listed.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    # One line per rule (a long title may fold once), never a word per line.
+    assert len(lines) <= 2 * (len(RULES) + 8)
+    for rule in RULES:
+        assert any(line.startswith(rule.id + " ") for line in lines), rule.id
+
+
 def test_python_dash_m_works():
     proc = run_cli("--version")
     assert proc.returncode == 0
