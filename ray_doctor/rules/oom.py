@@ -11,6 +11,7 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.rules._memory_hog import describe, os_victim
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
@@ -414,7 +415,11 @@ class OomRayMemoryMonitor(SignatureRule):
         if match:
             message += f" ({match.group(1)} used of {match.group(2)}"
             message += f" on node {node})" if node else ")"
-        if task:
+        notice = "\n".join([hit_text(hit), *(e.line for e in experiment.events)])
+        attribution = describe(experiment, notice)
+        if attribution:
+            message += f"; {attribution}"
+        elif task:
             message += f"; the process killed was running {task}"
         message += f". Evidence: {hit.signature.label}."
         unfinished = [t for t in experiment.trials if t.status.unfinished]
@@ -552,6 +557,7 @@ class OomKilledByOs(SignatureRule):
         confirmed = next(
             (sig for sig in OS_KILL_CONFIRMED for t in texts if sig.pattern.search(t)), None
         )
+        victim = os_victim(experiment, "\n".join(texts))
         said_by = MEMORY_WITNESS.get(confirmed.label) if confirmed is not None else None
         if said_by is not None:
             message = f"{who}'s process was killed because memory ran out ({said_by})."
@@ -569,6 +575,8 @@ class OomKilledByOs(SignatureRule):
                 "crash in native code (SIGSEGV) or a node shutdown look the same. No kernel log "
                 "was given to confirm it."
             )
+        if victim:
+            message += f" {victim[0].upper()}{victim[1:]}."
         fix = (
             "Confirm on the node: `dmesg -T | grep -i -E 'killed process|out of memory'` (or the "
             "pod's OOMKilled status). If it was memory: request memory per trial "

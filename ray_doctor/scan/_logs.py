@@ -92,6 +92,10 @@ EVENT_PATTERNS = (
         re.compile(r"^KeyboardInterrupt|Received SIGINT|Stop signal received|SIGTERM received"),
     ),
     EventPattern("training-failed", re.compile(r"Training (errored after|failed due to)")),
+    # Which process is which rank (Train V2's worker group start), and the rows of a kill
+    # notice's memory table: what says whose memory it was.
+    EventPattern("worker-rank", re.compile(r"pid=(?P<pid>\d+)\) world_rank=\d+")),
+    EventPattern("memory-row", re.compile(r"^\d+\t[\d.]+\t\S")),
     # Lines that can explain a failure whatever their level: kills, exits, resources, I/O.
     # Rules decide what they mean; this only keeps them (bounded per file). It must keep every
     # wording a rule knows: tests/rules/test_wordings.py checks it against the rules' tables.

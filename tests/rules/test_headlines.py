@@ -26,6 +26,7 @@ HEADLINES = {
     "tune_no_checkpoint": "retries-exhausted",
     "tune_config_correlated": "trial-error",
     "tune_storage_full": "disk-full",
+    "train_v2_oom_rank": "oom-ray-memory-monitor",
 }
 HEALTHY = [
     "tune_healthy",

@@ -46,3 +46,23 @@ def test_near_miss_ray_monitor_owns_the_kill(fixtures):
         str(base / "session_logs"),
     )
     assert not findings_of(report, "oom-killed-by-os")
+
+
+def test_the_kernel_line_names_the_process_and_its_memory():
+    line = (
+        "Out of memory: Killed process 3341 (python) total-vm:48123456kB, "
+        "anon-rss:31234567kB, file-rss:0kB, shmem-rss:0kB\n"
+    )
+    _, report = inspect_json("-", stdin=line)
+    (finding,) = findings_of(report, "oom-killed-by-os")
+    assert "killed pid 3341 (python, 29.79 GB resident)" in finding["message"]
+
+
+def test_torchrun_report_names_the_local_rank():
+    line = (
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 62498) of binary: /usr/bin/python\n"
+    )
+    _, report = inspect_json("-", stdin=line)
+    (finding,) = findings_of(report, "oom-killed-by-os")
+    assert "local rank 0 (pid 62498)" in finding["message"]

@@ -1,8 +1,11 @@
 """oom-ray-memory-monitor on a real Ray 2.60 memory-monitor kill (trials left RUNNING)."""
 
 import re
+from pathlib import Path
 
 from conftest import experiment_dir, findings_of, inspect_json
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "cases"
 
 
 def test_driver_log_explains_the_running_trials(fixtures):
@@ -69,3 +72,32 @@ def test_near_miss_cuda_oom_is_not_rays_monitor():
 def test_near_miss_healthy_sweep(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
     assert not findings_of(report, "oom-ray-memory-monitor")
+
+
+def test_train_v2_kill_names_the_rank_that_held_the_memory(fixtures):
+    # Real Ray 2.60 run: rank 1 grew to ~2 GB; the monitor killed the whole worker group and
+    # its notice lists the controller's helpers first. The table says whose memory it was.
+    base = fixtures / "train_v2_oom_rank"
+    code, report = inspect_json(
+        str(base / "ray_results" / "train_v2_oom_rank"),
+        "--logs",
+        str(base / "driver.log"),
+        "--logs",
+        str(base / "session_logs"),
+    )
+    assert code == 1
+    finding = report["findings"][0]
+    assert finding["rule"] == "oom-ray-memory-monitor"
+    assert "held by world rank 1 (pid 32239" in finding["message"]
+    assert "killed with it: PreemptionWatcher.__init__" in finding["message"]
+    assert "was running PreemptionWatcher" not in finding["message"]
+
+
+def test_public_kill_notice_names_its_largest_memory_user():
+    # A kill notice as posted publicly (tests/corpus): the "Top 10 memory users" table's
+    # largest row is the process named, not the first one the notice lists.
+    case = CORPUS / "skypilot" / "2668-spot-controller-oom-after-5-days.txt"
+    text = case.read_text().split("\n---\n", 1)[1]
+    _, report = inspect_json("-", stdin=text)
+    assert "held by pid 18410" in report["findings"][0]["message"]
+    assert "26.84 GB" in report["findings"][0]["message"]
