@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,41 +36,215 @@ MAX_EVENTS_PER_FILE = 2000
 MAX_ERROR_LINES_PER_FILE = 500  # plain ERROR records: enough to see them, not to crowd out causes
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
+HOT_BATCH = 4096  # lines looked through for cause words at once
 MAX_LINE_TEXT = 2000
 
 
 # Words of every cause a rule knows (memory, kills, crashes, ports, disks, storage, modules,
-# resources, collectives, checkpoints, non-finite values), as a cheap first filter.
-CAUSE_WORDS = (
-    r"out of memory|low on memory|\boom\b|oom[-_]kill|oomkilled|out_of_memory|memory pressure",
-    r"memory usage threshold|memory limit|memory on the node|heap memory|resource_exhausted",
-    r"alloc_failed|cannot allocate memory|no available memory|outofmemory|memory consumers",
-    r"killed process|\bkill(ed|ing)?\b|selected to kill|sigkill|signals?\.sig|signal \d+",
-    r"exit(ed)? ?(with )?(code|status)|exit_?code|return ?code|exit_type|worker exit|died",
-    r"sigsegv|segmentation fault|fatal python error|illegal memory access|core dumped|sigabrt",
-    r"sigbus|bus error|device-side assert|illegal instruction|check failed|terminate called",
-    r"terminated with (code|signal)",
-    r"timed? ?out|timeout|watchdog|barrier|rendezvous|collective|hang|subset of ranks|stall",
-    r"address already in use|eaddrinuse|errno:? ?(98|48|28|122)\b|10048|one usage of each socket",
-    r"port number|failed to (listen|bind)|\bports?\b.{0,40}\b(in use|used by|occupied)",
-    r"no space left|enospc|disk quota|disk is full|outofdisk|over \d+% full|file write failed",
-    r"low on resource|ephemeral",
-    r"unexpected pos|inline_container",
-    r"insufficient|cannot (currently )?be sch|no available node types|infeasible|not enough resou",
-    r"exceeds available gpus",
-    r"placement group|not started in the last|worker group start|per trial|no trial is running",
-    r"cluster storage|storage path|aws error|access ?denied|forbidden|nosuchbucket|credentials",
-    r"\bs3://|\bgs://|sync(ing)? .{0,40}(failed|error)|could not upload",
-    r"no module named|modulenotfound",
-    r"\bnccl|gloo|process ?group|ibv_|shared memory|/dev/shm|duplicate gpu",
-    r"not on the expected device|same device|device type|weight type|expected object of",
-    r"central directory|zip archive|pytorchstream|ran out of input|unpickling|load key",
-    r"state_dict|size mismatch for|missing key|unexpected key|safetensor|badzipfile|crc",
-    r"ignore_mismatched_sizes",
-    r"checkpoint",
-    r"\bnan\b|\binf\b|non-?finite|invalid values|loss scale|overflow|diverged",
-    r"trials did not complete|errored after|retries|max_failures",
+# resources, collectives, checkpoints, non-finite values), lowercase literals: a line holding
+# none of them cannot be a cause's evidence. They are looked for in a whole batch of lines at
+# once with str.find, which is fast; one case-blind regex of a hundred alternatives per line was
+# the slowest part of reading a 100 MB raylet.out. tests/rules/test_wordings.py checks that
+# every wording of every rule is kept.
+CAUSE_ANCHORS = (
+    # memory
+    "out of memory",
+    "low on memory",
+    "oom-kill",
+    "oom_kill",
+    "oomkilled",
+    "out_of_memory",
+    "outofmemory",
+    "memory pressure",
+    "memory usage threshold",
+    "memory limit",
+    "memory on the node",
+    "heap memory",
+    "resource_exhausted",
+    "alloc_failed",
+    "cannot allocate memory",
+    "no available memory",
+    "memory consumers",
+    "memory used",
+    "low on resource",
+    "ephemeral",
+    # kills, exits, crashes
+    "killed process",
+    "kill",
+    "sigkill",
+    "signals.sig",
+    "signal ",
+    "exit code",
+    "exitcode",
+    "exit_code",
+    "exit status",
+    "exited with",
+    "return code",
+    "returncode",
+    "exit_type",
+    "worker exit",
+    "exits with",
+    "died",
+    "sigsegv",
+    "segmentation fault",
+    "fatal python error",
+    "illegal memory access",
+    "core dumped",
+    "sigabrt",
+    "sigbus",
+    "bus error",
+    "device-side assert",
+    "illegal instruction",
+    "check failed",
+    "terminate called",
+    "terminated with",
+    # hangs and collectives
+    "timed out",
+    "time out",
+    "timeout",
+    "watchdog",
+    "barrier",
+    "rendezvous",
+    "collective",
+    "subset of ranks",
+    "stall",
+    # ports
+    "address already in use",
+    "eaddrinuse",
+    "errno 98",
+    "errno: 98",
+    "errno:98",
+    "errno 48",
+    "10048",
+    "one usage of each socket",
+    "port number",
+    "failed to listen",
+    "failed to bind",
+    "in use",
+    "used by other",
+    # disks
+    "no space left",
+    "enospc",
+    "errno 28",
+    "errno: 28",
+    "errno:28",
+    "errno 122",
+    "disk quota",
+    "disk is full",
+    "outofdisk",
+    "% full",
+    "file write failed",
+    "unexpected pos",
+    "inline_container",
+    # resources
+    "insufficient",
+    "cannot be sch",
+    "cannot currently be sch",
+    "no available node types",
+    "infeasible",
+    "enough free resources",
+    "not enough resou",
+    "exceeds available gpus",
+    "placement group",
+    "not started in the last",
+    "worker group start",
+    "per trial",
+    "no trial is running",
+    # storage
+    "cluster storage",
+    "storage path",
+    "aws error",
+    "access denied",
+    "accessdenied",
+    "forbidden",
+    "nosuchbucket",
+    "credentials",
+    "s3://",
+    "gs://",
+    "sync",
+    "could not upload",
+    # modules
+    "no module named",
+    "modulenotfound",
+    # distributed, devices
+    "nccl",
+    "gloo",
+    "process group",
+    "processgroup",
+    "ibv_",
+    "shared memory",
+    "/dev/shm",
+    "duplicate gpu",
+    "expected device",
+    "same device",
+    "device type",
+    "weight type",
+    "expected object of",
+    # checkpoints
+    "central directory",
+    "zip archive",
+    "pytorchstream",
+    "ran out of input",
+    "unpickling",
+    "load key",
+    "state_dict",
+    "size mismatch for",
+    "missing key",
+    "unexpected key",
+    "safetensor",
+    "badzipfile",
+    "crc",
+    "ignore_mismatched_sizes",
+    "checkpoint",
+    # non-finite values
+    "nan",
+    "oom",
+    "inf",
+    "non-finite",
+    "nonfinite",
+    "invalid values",
+    "loss scale",
+    "overflow",
+    "diverged",
+    # Tune's own words
+    "trials did not complete",
+    "errored after",
+    "retries",
+    "max_failures",
 )
+# Short anchors that are parts of common words ("nan" in "finance", "inf" in "INFO"): a line
+# they alone make a candidate keeps its place only when they stand as words.
+WEAK_ANCHORS = frozenset({"nan", "inf", "oom", "crc", "kill", "died", "sync", "in use", "signal "})
+WEAK_WORDS = re.compile(
+    r"\b(?:nan|inf|oom|crc|kill(?:ed|ing|s)?|died|signal \d+|in use|"
+    r"sync(?:ing)? (?:process |command )?(?:failed|error)|failed to sync)\b"
+)
+
+
+def hot_lines(texts: list[str]) -> list[bool]:
+    """For each line of a batch: does it hold a cause word? One pass of str.find per anchor
+    over the whole batch, then the weak anchors' lines checked word by word."""
+    low = "\n".join(texts).lower()
+    starts = [0]
+    for text in texts[:-1]:
+        starts.append(starts[-1] + len(text) + 1)
+    strong = [False] * len(texts)
+    weak = [False] * len(texts)
+    for anchor in CAUSE_ANCHORS:
+        marks = weak if anchor in WEAK_ANCHORS else strong
+        found = low.find(anchor)
+        while found != -1:
+            index = bisect_right(starts, found) - 1
+            marks[index] = True
+            found = low.find(anchor, starts[index + 1] if index + 1 < len(starts) else len(low))
+    return [
+        is_strong or (is_weak and WEAK_WORDS.search(text.lower()) is not None)
+        for text, is_strong, is_weak in zip(texts, strong, weak, strict=True)
+    ]
+
+
+def is_hot(text: str) -> bool:
+    return hot_lines([text])[0]
 
 
 @dataclass(frozen=True)
@@ -96,10 +271,9 @@ EVENT_PATTERNS = (
     # notice's memory table: what says whose memory it was.
     EventPattern("worker-rank", re.compile(r"pid=(?P<pid>\d+)\) world_rank=\d+")),
     EventPattern("memory-row", re.compile(r"^\d+\t[\d.]+\t\S")),
-    # Lines that can explain a failure whatever their level: kills, exits, resources, I/O.
-    # Rules decide what they mean; this only keeps them (bounded per file). It must keep every
-    # wording a rule knows: tests/rules/test_wordings.py checks it against the rules' tables.
-    EventPattern("signal", re.compile("(?i)" + "|".join(CAUSE_WORDS))),
+    # Lines that can explain a failure whatever their level (kills, exits, resources, I/O) are
+    # kept as "signal" here, when a line holds a cause word (`hot_lines`): rules decide what
+    # they mean; this only keeps them (bounded per file).
     EventPattern(
         "error-line",
         re.compile(r"(^|\s)(ERROR|CRITICAL|FATAL)(\s|:|$)|^\[[\d\- :,]+ [EF] \d+ \d+\]"),
@@ -133,8 +307,15 @@ class LogResult:
         self.errors += other.errors
 
 
-def _classify(line: str) -> tuple[str, str | None] | None:
+SIGNAL_BEFORE = "error-line"  # a cause word outranks the plain ERROR catch-all
+
+
+def _classify(line: str, hot: bool | None = None) -> tuple[str, str | None] | None:
+    """What a line says (its event kind, the trial it names), or None. `hot`: whether it holds
+    a cause word, when the caller found that for a whole batch."""
     for event in EVENT_PATTERNS:
+        if event.kind == SIGNAL_BEFORE and (is_hot(line) if hot is None else hot):
+            return "signal", None
         match = event.pattern.search(line)
         if match:
             trial = match.groupdict().get("trial")
@@ -159,10 +340,14 @@ class _TextLogParser:
         self.record_start = False  # a collector's prefix stood before the current line
         self.ranks_seen: set[int] = set()  # `[rankN]:` prefixes of the current block
         self.error_lines = 0
+        self.hot: bool | None = None  # the current line holds a cause word (batch-computed)
 
-    def feed(self, text_line: TextLine) -> None:
+    def feed(self, text_line: TextLine, hot: bool | None = None) -> None:
+        self.hot = hot
         lineno = text_line.lineno
-        line = DEDUP_SUFFIX.sub("", text_line.text)
+        line = text_line.text
+        if "repeated" in line:
+            line = DEDUP_SUFFIX.sub("", line)
         self.record_start = text_line.prefixed
         prefix = WORKER_PREFIX.match(line)
         pid = None  # set when the driver forwarded a worker's line
@@ -261,7 +446,7 @@ class _TextLogParser:
     def _event(self, lineno: int, line: str, pid: str | None = None) -> None:
         if len(self.result.events) >= MAX_EVENTS_PER_FILE or not line.strip():
             return
-        found = _classify(line)
+        found = _classify(line, self.hot)
         if found:
             kind, trial = found
             if kind == "error-line":
@@ -295,9 +480,21 @@ def parse_text_log(lines: Iterable[str], path: str, pid: str | None = None) -> L
         failures = parse_error_text(_chain(head, logical), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
-    for line in _chain(head, logical):
-        parser.feed(line)
+    for batch in _batches(_chain(head, logical)):
+        for line, hot in zip(batch, hot_lines([line.text for line in batch]), strict=True):
+            parser.feed(line, hot)
     return parser.finish()
+
+
+def _batches(lines: Iterator[TextLine], size: int = HOT_BATCH) -> Iterator[list[TextLine]]:
+    batch: list[TextLine] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _chain(head: list[TextLine], rest: Iterator[TextLine]) -> Iterator[TextLine]:

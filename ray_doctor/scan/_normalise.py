@@ -86,22 +86,37 @@ class TextLine:
     rank: int | None = None
 
 
+# Cheap tests that gate each regex: most lines of a big log are Ray's own records, which hold
+# no colour code, quote or fence, so the per-line cost stays a few substring checks.
+ESCAPE_HINTS = ("\x1b", "033[", "^[[", "\\x1b", "\\u001b", "\\e[", "[0m", "[39m", "[22m")
+MARKUP_STARTS = frozenset("*_`#")
+
+
 def clean(raw: str) -> tuple[str, bool, int | None]:
     """(text, prefixed, rank) for one physical line."""
-    line = raw.rstrip("\r\n").replace("\r", "")
+    line = raw.rstrip("\r\n")
+    if "\r" in line:
+        line = line.replace("\r", "")
     if "&" in line and ";" in line:
         line = html.unescape(line)
-    line = ANSI_CODES.sub("", line)
-    quote = MARKDOWN_QUOTE.match(line)
-    if quote:
-        line = line[quote.end() :]
-    fence = CODE_FENCE.match(line)
-    if fence:
-        line = line[fence.end() :]
+    if any(hint in line for hint in ESCAPE_HINTS):
+        line = ANSI_CODES.sub("", line)
+    if not line:
+        return line, False, None
+    head = line.lstrip()[:1]
+    if head == ">":
+        quote = MARKDOWN_QUOTE.match(line)
+        if quote:
+            line = line[quote.end() :]
+            head = line.lstrip()[:1]
+    if head in ("`", "~") and CODE_FENCE.match(line):
+        line = line[CODE_FENCE.match(line).end() :]  # type: ignore[union-attr]
         if FENCE_TAG.match(line):
             return "", False, None
         line = line.rstrip().removesuffix("```").removesuffix("~~~")
-    line = _unwrap_markdown(line)
+        head = line.lstrip()[:1]
+    if head in MARKUP_STARTS:
+        line = _unwrap_markdown(line)
     prefixed = False
     rank = None
     for _ in range(4):  # prefixes stack: a timestamp, then a rank, then a host
@@ -126,9 +141,17 @@ def _unwrap_markdown(line: str) -> str:
 
 
 def _strip_prefix(line: str) -> tuple[str, int | None] | None:
-    ranked = RANK_PREFIX.match(line)
-    if ranked:
-        return line[ranked.end() :], int(ranked["rank"])
+    first = line[:1]
+    if first == "[":
+        ranked = RANK_PREFIX.match(line)
+        if ranked:
+            return line[ranked.end() :], int(ranked["rank"])
+    elif not first.isalnum():
+        return None  # every collector prefix starts with a letter, a digit or "["
+    elif first.isdigit() and line[10:11] not in ("T", ":") and ": " not in line[:16]:
+        return None  # neither an ISO timestamp with a T, nor `0: `, nor `10.0.0.1: `
+    elif first.isalpha() and ": " not in line[:48]:
+        return None  # a syslog or host prefix ends with ": " early in the line
     for pattern in COLLECTOR_PREFIXES:
         match = pattern.match(line)
         if match and match.end() < len(line):
