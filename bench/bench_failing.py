@@ -5,12 +5,12 @@ causes mixed. Every trial is a copy of a REAL Ray 2.60 trial from the committed 
 its trial id rewritten (experiment-state entry, trial dir, result.json, progress.csv, error.txt,
 params, checkpoints):
 
-- healthy trials: fixtures/tune_healthy (its result rows cycled to M iterations, as in
-  bench_inspect.py), and one in ten a finished trial of fixtures/tune_config_correlated (small
+- healthy trials: the three of fixtures/tune_healthy in turns (lr 0.001, 0.01, 0.1; result rows
+  cycled to M iterations, as in bench_inspect.py), and one in ten a finished trial of fixtures/tune_config_correlated (small
   `batch_size`), so that batch size separates failed from finished trials;
 - errored trials, in turns: the ValueError of tune_trial_error, the OOM-prone large-batch
-  failure of tune_config_correlated, the corrupt-checkpoint restore of tune_corrupt_checkpoint,
-  the retries of tune_retries_exhausted, and the missing module of tune_missing_module.
+  failure of tune_config_correlated, the corrupt-checkpoint restore of tune_corrupt_checkpoint
+  and the retries of tune_retries_exhausted (the four causes issue 12 names).
 
 Then, each in its own process, on the same dir and in the same run:
 
@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from _measure import measure  # noqa: E402
-from bench_inspect import ANCHOR, _result_bytes, _template_trial  # noqa: E402
+from bench_inspect import ANCHOR, _result_bytes  # noqa: E402
 
 FIXTURES = REPO / "fixtures"
 # (fixture, why the trial failed): the errored trials replicated in turns.
@@ -50,7 +50,6 @@ ERROR_SOURCES = (
     ("tune_config_correlated", "large batch sizes fail"),
     ("tune_corrupt_checkpoint", "restore from a corrupt checkpoint"),
     ("tune_retries_exhausted", "retries exhausted"),
-    ("tune_missing_module", "a module missing on the worker"),
 )
 FLOOR = r"""
 import json, os, sys
@@ -121,22 +120,25 @@ def _copy_trial(source: Source, dest: Path, new_id: str, result: bytes | None = 
 def build(dest: Path, trials: int, iterations: int, errored_share: float) -> Path:
     """Write the failing sweep; reuses dest when it was built with the same shape."""
     marker = dest / ".bench-shape"
-    shape = f"{trials}x{iterations}@{errored_share}"
+    shape = f"{trials}x{iterations}@{errored_share}:" + ",".join(f for f, _ in ERROR_SOURCES)
     if marker.exists() and marker.read_text() == shape:
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    healthy_dir, healthy_pair, rows = _template_trial()
-    healthy = Source(json.loads(healthy_pair[0]), json.loads(healthy_pair[1]), healthy_dir)
-    healthy.meta["last_result"] = dict(healthy.meta["last_result"], training_iteration=iterations)
-    result_template, _ = _result_bytes(rows, iterations, healthy.trial_id)
+    healthy = _sources("tune_healthy", "TERMINATED")  # lr 0.001, 0.01 and 0.1
+    healthy_results = []
+    for source in healthy:
+        source.meta["last_result"] = dict(source.meta["last_result"], training_iteration=iterations)
+        rows = [json.loads(line) for line in (source.directory / "result.json").open()]
+        healthy_results.append(_result_bytes(rows, iterations, source.trial_id)[0])
     small_batch = _sources("tune_config_correlated", "TERMINATED")
     failing = [_sources(fixture, "ERROR") for fixture, _ in ERROR_SOURCES]
-    prefix = healthy.trial_id.split("_")[0]
+    prefix = healthy[0].trial_id.split("_")[0]
+    template_dir = healthy[0].directory.parent
     every = round(1 / errored_share)
     for name in ("tuner.pkl", ".validate_storage_marker"):
-        shutil.copy(healthy_dir.parent / name, dest / name)
-    state_name = max(healthy_dir.parent.glob("experiment_state-*.json")).name
+        shutil.copy(template_dir / name, dest / name)
+    state_name = max(template_dir.glob("experiment_state-*.json")).name
     with open(dest / state_name, "w") as state_file:
         state_file.write('{"trial_data": [')
         errored = finished = 0
@@ -150,8 +152,10 @@ def build(dest: Path, trials: int, iterations: int, errored_share: float) -> Pat
                 pair = _copy_trial(small_batch[finished % len(small_batch)], dest, new_id)
                 finished += 1
             else:
-                result = result_template.replace(healthy.trial_id.encode(), new_id.encode())
-                pair = _copy_trial(healthy, dest, new_id, result)
+                source = healthy[finished % len(healthy)]
+                result = healthy_results[finished % len(healthy)]
+                result = result.replace(source.trial_id.encode(), new_id.encode())
+                pair = _copy_trial(source, dest, new_id, result)
                 finished += 1
             state_file.write(("," if i else "") + json.dumps(pair))
         stats = json.dumps({"start_time": time.time()})
