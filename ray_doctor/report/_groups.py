@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ray_doctor.report._common import SEVERITY_RANK, where
+from ray_doctor.report._common import SEVERITY_RANK, by_severity, where
 
 # What varies between trials that failed the same way, masked before comparing messages:
 # paths and URIs, Ray trial ids (`b0523_00001`), hex ids (actor, node, worker), numbers.
@@ -91,6 +91,19 @@ class FindingGroup:
         return message[:1].upper() + message[1:]
 
 
+def subject(group: FindingGroup) -> str:
+    """What a group is about, for a heading: 'exp / trial' alone, '100 trials: a, b, … +95
+    more' for many."""
+    if group.size == 1:
+        return where(group.lead)
+    return f"{group.count_label}: {group.members()}"
+
+
+def message(group: FindingGroup) -> str:
+    """A lone finding's own message; a group's shared cause."""
+    return group.lead["message"] if group.size == 1 else group.cause
+
+
 def representative_evidence(finding: dict[str, Any], limit: int = 1) -> list[dict[str, Any]]:
     """A group's evidence in a compact view: the lead's last items (a rule lists its
     evidence from the failure's first sign to the line that raised, often the user's code)."""
@@ -105,13 +118,13 @@ def is_triage(groups: list[FindingGroup]) -> bool:
 def finding_groups(data: dict[str, Any]) -> list[FindingGroup]:
     """The report's findings as groups: most severe first, then in the builder's order."""
     groups: dict[str, FindingGroup] = {}
-    for finding in data.get("findings", []):
+    for finding in by_severity(data.get("findings", [])):
         key = finding.get("group") or group_id(finding)
         if key in groups:
             groups[key].findings.append(finding)
         else:
             groups[key] = FindingGroup(key, [finding])
-    return sorted(groups.values(), key=lambda g: -SEVERITY_RANK.get(g.lead["severity"], 0))
+    return list(groups.values())
 
 
 def ranked_causes(groups: list[FindingGroup]) -> list[FindingGroup]:
