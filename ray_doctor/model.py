@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
 from enum import Enum
+from functools import cached_property, lru_cache
 from typing import Any
 
 

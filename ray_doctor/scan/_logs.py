@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
@@ -319,15 +319,20 @@ def is_session_logs_dir(entries: list[Entry]) -> bool:
     )
 
 
-def read_session_logs(storage: Storage, path: str) -> LogResult:
-    """A `/tmp/ray/session_*/logs` dir, including its `train/` subdir."""
+def read_session_logs(
+    storage: Storage, path: str, progress: Callable[[int, int], None] | None = None
+) -> LogResult:
+    """A `/tmp/ray/session_*/logs` dir, including its `train/` subdir. `progress(done, total)`
+    hears of each file read (a long session's logs run to gigabytes)."""
     result = LogResult()
     try:
         entries = storage.list_dir(path)
     except StorageError as exc:
         result.errors.append(ScanError(exc.path, exc.reason))
         return result
-    for entry in entries:
+    for done, entry in enumerate(entries, start=1):
+        if progress:
+            progress(done, len(entries))
         if entry.is_dir and entry.name == "train":
             try:
                 train_entries = storage.list_dir(entry.path)
@@ -342,7 +347,9 @@ def read_session_logs(storage: Storage, path: str) -> LogResult:
     return result
 
 
-def read_logs(storage: Storage, path: str) -> LogResult:
+def read_logs(
+    storage: Storage, path: str, progress: Callable[[int, int], None] | None = None
+) -> LogResult:
     """A log file or a dir of logs (a session logs dir or any dir of log files)."""
     try:
         entry = storage.stat(path)
@@ -351,7 +358,7 @@ def read_logs(storage: Storage, path: str) -> LogResult:
     if entry is None:
         return LogResult(errors=[ScanError(storage.display(path), "no such file or directory")])
     if entry.is_dir:
-        return read_session_logs(storage, path)
+        return read_session_logs(storage, path, progress)
     if not entry.is_file:
         return LogResult(errors=[ScanError(storage.display(path), "not a regular file")])
     return read_log_file(storage, path)
