@@ -170,7 +170,7 @@ def test_a_finding_that_differs_stands_out(fixtures):
     report.data["findings"].append(odd)
     text = TerminalFormatter(width=100).render(report)
     assert "Trial 9f735_99999 failed with KeyError: 'lr'" in text
-    assert re.search(r"1 trial\s+trial-error\s+Failed with KeyError: 'lr'", text)
+    assert re.search(rf"1 trial\s+{odd['rule']}\s+Failed with KeyError: 'lr'", text)
 
 
 def test_every_human_format_shows_groups(fixtures):
