@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The fixture `make run` diagnoses: a Tune sweep whose trial raised, with its driver output.
 DEMO := fixtures/tune_trial_error
 
-.PHONY: run test lint format fixtures fixtures-legacy docs docs-smoke bench clean corpus
+.PHONY: run test lint format fixtures fixtures-legacy docs docs-smoke bench bench-failing clean corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/bench_inspect.py
+
+# Failing sweeps (10 % and 50 % errored) and a 200 MB session log; builds ~2 GB under bench/out.
+bench-failing: $(VENV)/.installed-bench
+	$(BIN)/python bench/bench_failing.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis bench/out

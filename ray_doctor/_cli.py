@@ -111,7 +111,9 @@ class _ProgressBar:
             self._progress.stop()
 
 
-def _formatter(output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int):
+def _formatter(
+    output_format: OutputFormat, output: Path | None, color: ColorMode, max_rows: int | None
+):
     """The formatter for --format, or exit 2 with one line when it cannot be used as asked.
 
     Every command calls this before it does its work, so bad output options fail fast.
@@ -219,8 +221,14 @@ def inspect(
     fail_on: FailOnOption = FailOn.error,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
     max_rows: Annotated[
-        int, typer.Option("--max-rows", help="Trial rows in the terminal table (0: all).")
-    ] = 20,
+        int | None,
+        typer.Option(
+            "--max-rows",
+            help="Trial rows in the terminal table (0: all; default 20, 5 when findings are "
+            "grouped by cause).",
+            show_default=False,
+        ),
+    ] = None,
     workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Parallel reads.")] = 8,
     color: ColorOption = ColorMode.auto,
     watch: Annotated[

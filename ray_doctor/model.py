@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property, lru_cache
 from typing import Any
 
 
@@ -73,6 +74,12 @@ class Frame:
     code: str | None = None
 
 
+@lru_cache(maxsize=512)
+def _per_line(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """`pattern` with ^ and $ at every line's ends, to search a block of lines at once."""
+    return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
+
+
 @dataclass
 class Failure:
     """One failure: a `Failure # N` block of error.txt, or a traceback found in a log."""
@@ -92,6 +99,11 @@ class Failure:
     # consecutive lines starts: blocks are capped to their head and tail, so there can be two.
     line_map: list[tuple[int, int]] = field(default_factory=list)
 
+    @cached_property
+    def _joined(self) -> str:
+        """The block's lines joined by newlines (the lines `lines()` yields)."""
+        return "\n".join(self.text.splitlines())
+
     @property
     def summary(self) -> str:
         kind = self.exc_type or "unknown error"
@@ -109,6 +121,12 @@ class Failure:
 
     def evidence_for(self, pattern: re.Pattern[str]) -> tuple[Evidence, re.Match[str]] | None:
         """The first line of the block matching `pattern`, as evidence."""
+        # One search of the whole block first: most signatures are absent, and a failing
+        # sweep asks every failure about every signature (a line-by-line walk each time cost
+        # 17 s on 5,000 failed trials). In MULTILINE mode a match within a line is also a
+        # match in the block, so a miss here is a miss on every line.
+        if not _per_line(pattern).search(self._joined):
+            return None
         path = self.source.path if self.source else ""
         for lineno, line in self.lines():
             match = pattern.search(line)

@@ -194,3 +194,20 @@ def test_rules_list_reads_at_80_columns():
 def test_python_dash_m_works():
     proc = run_cli("--version")
     assert proc.returncode == 0
+
+
+def test_reading_logs_reports_progress_and_is_silent_off_a_terminal(fixtures):
+    from ray_doctor.scan import scan
+
+    target = fixtures / "tune_oom_memory_monitor"
+    logs = target / "session_logs"
+    heard: list[tuple[str, int, int]] = []
+    scan(str(target), [str(logs)], progress=lambda *call: heard.append(call))
+    files = len(list(logs.iterdir()))
+    log_calls = [call for call in heard if call[0] == "logs session_logs"]
+    assert log_calls[-1] == ("logs session_logs", files, files)
+    assert [done for _, done, _ in log_calls] == list(range(1, files + 1))
+    # Off a terminal (stderr is a pipe here) nothing but the report comes out.
+    proc = run_cli("inspect", str(target), "--logs", str(logs), "--format", "json")
+    assert proc.returncode == 1
+    assert proc.stderr == ""

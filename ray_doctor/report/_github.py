@@ -13,7 +13,9 @@ import os
 import sys
 from typing import Any, TextIO
 
-from ray_doctor.report._common import anchor, below, by_severity, counts_line, local_path, verdict
+from ray_doctor.report._common import anchor, below, counts_line, local_path, verdict
+from ray_doctor.report._groups import FindingGroup, finding_groups, subject
+from ray_doctor.report._groups import message as group_message
 from ray_doctor.report._interface import FormatOptions, Formatter
 from ray_doctor.report._markdown import STEP_SUMMARY_LIMIT, MarkdownFormatter
 from ray_doctor.report._report import Report
@@ -71,13 +73,13 @@ class GithubFormatter(Formatter):
         lines: list[str] = []
         shown = dict.fromkeys(COMMAND, 0)
         hidden = 0
-        for finding in by_severity(data["findings"]):
-            severity = finding["severity"]
+        for group in finding_groups(data):  # one annotation per cause, not per trial
+            severity = group.lead["severity"]
             if shown[severity] >= self.max_per_kind:
-                hidden += 1
+                hidden += group.size
                 continue
             shown[severity] += 1
-            lines.append(self._annotation(finding))
+            lines.append(self._annotation(group))
         if data["summary"]["exit_code"] == 2:
             for error in data["errors"]:
                 reason = f"ray-doctor {data['command']} could not run: {error['reason']}"
@@ -89,16 +91,17 @@ class GithubFormatter(Formatter):
         lines.append(f"ray-doctor {data['command']}: {verdict(data)} ({counts_line(data)})")
         return lines
 
-    def _annotation(self, finding: dict[str, Any]) -> str:
+    def _annotation(self, group: FindingGroup) -> str:
+        finding = group.lead
         evidence = anchor(self._data, finding["evidence"], self.workspace)
         file = line = None
         path = local_path(evidence["path"]) if evidence else None
         if evidence is not None and path is not None:  # a node or a URI annotates no file
             file = below(path, self.workspace) or path
             line = evidence.get("line")
-        subject = " / ".join(x for x in (finding.get("experiment"), finding.get("trial_id")) if x)
-        title = f"{finding['rule']}: {finding['title']}" + (f" [{subject}]" if subject else "")
-        message = f"{finding['message']}\nFix: {finding['fix']}"
+        about = subject(group)
+        title = f"{finding['rule']}: {finding['title']}" + (f" [{about}]" if about else "")
+        message = f"{group_message(group)}\nFix: {finding['fix']}"
         return workflow_command(
             COMMAND[finding["severity"]], message, file=file, line=line, title=title
         )

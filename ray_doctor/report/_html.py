@@ -15,7 +15,6 @@ from ray_doctor.report._common import (
     SEVERITY_MARK,
     STAGE_MARK,
     STATUS_ORDER,
-    by_severity,
     checkpoint_status,
     counts_line,
     docs_link,
@@ -26,6 +25,13 @@ from ray_doctor.report._common import (
     subject_line,
     verdict,
     where,
+)
+from ray_doctor.report._groups import (
+    FindingGroup,
+    finding_groups,
+    message,
+    ranked_causes,
+    wants_summary,
 )
 from ray_doctor.report._interface import FormatOptions, Formatter, FormatUnavailable
 from ray_doctor.report._report import Report
@@ -178,29 +184,48 @@ def _nav(data: dict[str, Any], figures: list) -> Iterator[str]:
 
 
 def _findings(data: dict[str, Any]) -> Iterator[str]:
-    findings = by_severity(data["findings"])
+    groups = finding_groups(data)
     yield f"<section id='findings'>\n<h2>Findings <small>({esc(counts_line(data))})</small></h2>\n"
-    if not findings:
+    if not groups:
         yield "<p>No findings.</p>\n"
+    if wants_summary(groups):
+        yield from _what_happened(groups)
     base = evidence_base(data)
-    for finding in findings[:MAX_FINDINGS]:
-        yield from _finding(finding, base)
-    if len(findings) > MAX_FINDINGS:
-        yield f"<p class='note'>{len(findings) - MAX_FINDINGS:,} more findings: see --format json.</p>\n"
+    for group in groups[:MAX_FINDINGS]:
+        yield from _finding(group, base)
+    if len(groups) > MAX_FINDINGS:
+        yield f"<p class='note'>{len(groups) - MAX_FINDINGS:,} more findings: see --format json.</p>\n"
     yield "</section>\n"
 
 
-def _finding(finding: dict[str, Any], base: str | None) -> Iterator[str]:
+def _what_happened(groups: list[FindingGroup]) -> Iterator[str]:
+    """Causes ranked by trials affected, across every experiment of the report."""
+    yield "<h3>What happened</h3>\n<table class='causes'>\n"
+    for group in ranked_causes(groups):
+        severity = group.lead["severity"]
+        spread = f" in {group.experiments} experiments" if group.experiments > 1 else ""
+        yield (
+            f"<tr><td class='sev {severity}'>{esc(group.count_label)}{spread}</td>"
+            f"<td><code>{esc(group.lead['rule'])}</code></td><td>{esc(group.cause)}</td></tr>\n"
+        )
+    yield "</table>\n"
+
+
+def _finding(group: FindingGroup, base: str | None) -> Iterator[str]:
+    finding = group.lead
     severity = finding["severity"]
-    subject = where(finding)
-    yield f"<article class='finding {severity}'>\n<h3>"
+    about = where(finding) if group.size == 1 else group.count_label
+    yield f"<article class='finding {severity}' data-group='{esc(group.id)}'>\n<h3>"
     yield f"<span class='sev {severity}'>{SEVERITY_MARK[severity]} {severity}</span>"
     yield f"<code>{esc(finding['rule'])}</code> {esc(finding['title'])}"
-    if subject:
-        yield f"<span class='where'>{esc(subject)}</span>"
-    yield f"</h3>\n<p>{esc(finding['message'])}</p>\n"
+    if about:
+        yield f"<span class='where'>{esc(about)}</span>"
+    yield f"</h3>\n<p>{esc(message(group))}</p>\n"
+    if group.size > 1:
+        yield f"<p class='members'><b>Trials:</b> {esc(group.members(shown=20))}</p>\n"
     if finding["evidence"]:
-        yield "<table class='evidence'><tr><th>evidence</th><th>what it says</th></tr>\n"
+        label = "evidence" if group.size == 1 else f"evidence of {finding['trial_id']}"
+        yield f"<table class='evidence'><tr><th>{esc(label)}</th><th>what it says</th></tr>\n"
         for item in finding["evidence"]:
             yield (
                 f"<tr><td>{esc(location(item, base))}</td>"

@@ -16,7 +16,7 @@ class FormatOptions:
 
     color: bool = False
     width: int = 100
-    max_rows: int = 20  # terminal trial rows (0: all)
+    max_rows: int | None = None  # terminal trial rows (0: all; None: 20, 5 when grouped)
     indent: bool = False  # JSON for people
     # The dir CI checked out (GITHUB_WORKSPACE, else the cwd): paths below it are written
     # relative to it, the way code scanning and annotations anchor them in the repository.

@@ -18,7 +18,6 @@ from ray_doctor.report._common import (
     SEVERITY_MARK,
     STAGE_MARK,
     STATUS_ORDER,
-    by_severity,
     checkpoint_status,
     counts_line,
     docs_link,
@@ -30,6 +29,14 @@ from ray_doctor.report._common import (
     verdict,
     where,
 )
+from ray_doctor.report._groups import (
+    FindingGroup,
+    finding_groups,
+    message,
+    ranked_causes,
+    subject,
+    wants_summary,
+)
 from ray_doctor.report._interface import Formatter
 from ray_doctor.report._report import Report
 
@@ -37,6 +44,7 @@ STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub's cap for one step's summary
 MAX_TABLE_FINDINGS = 50
 MAX_DETAILED = 50
 MAX_ROWS = 50
+MAX_CAUSES = 10
 
 
 def text(value: Any) -> str:
@@ -90,14 +98,16 @@ def _blocks(data: dict[str, Any]) -> Iterator[str]:
     yield from _head(data)
     if data.get("stages"):
         yield _stage_table(data)
-    findings = by_severity(data["findings"])
-    if findings:
-        yield _finding_table(findings)
+    groups = finding_groups(data)
+    if wants_summary(groups):
+        yield _what_happened(groups)
+    if groups:
+        yield _finding_table(groups)
         base = evidence_base(data)
-        for finding in findings[:MAX_DETAILED]:
-            yield _finding_details(finding, base)
-        if len(findings) > MAX_DETAILED:
-            yield f"_{len(findings) - MAX_DETAILED:,} more findings: see `--format json`._"
+        for group in groups[:MAX_DETAILED]:
+            yield _finding_details(group, base)
+        if len(groups) > MAX_DETAILED:
+            yield f"_{len(groups) - MAX_DETAILED:,} more findings: see `--format json`._"
     if data.get("trials"):
         yield _trial_table(data)
     if data.get("checkpoints"):
@@ -133,33 +143,52 @@ def _head(data: dict[str, Any]) -> Iterator[str]:
     yield " · ".join(facts)
 
 
-def _finding_table(findings: list[dict[str, Any]]) -> str:
+def _what_happened(groups: list[FindingGroup]) -> str:
+    """Causes ranked by trials affected, across every experiment of the report."""
+    lines = ["**What happened**", ""]
+    ranked = ranked_causes(groups)
+    for group in ranked[:MAX_CAUSES]:
+        where_text = f" in {group.experiments} experiments" if group.experiments > 1 else ""
+        lines.append(
+            f"- **{group.count_label}**{where_text}: `{group.lead['rule']}`: {text(group.cause)}"
+        )
+    if len(ranked) > MAX_CAUSES:
+        lines.append(f"- _… {len(ranked) - MAX_CAUSES:,} more causes below_")
+    return "\n".join(lines)
+
+
+def _finding_table(groups: list[FindingGroup]) -> str:
     rows = ["| | rule | where | finding |", "|---|---|---|---|"]
-    for finding in findings[:MAX_TABLE_FINDINGS]:
+    for group in groups[:MAX_TABLE_FINDINGS]:
+        finding = group.lead
         severity = finding["severity"]
         rule = link(f"`{finding['rule']}`", docs_link(finding["docs"]))
         rows.append(
             f"| {SEVERITY_MARK[severity]} {severity} | {rule} "
-            f"| {text(where(finding)) or '—'} | {text(finding['message'])} |"
+            f"| {text(subject(group)) or '—'} | {text(message(group))} |"
         )
-    if len(findings) > MAX_TABLE_FINDINGS:
-        rows.append(f"| | | | _… {len(findings) - MAX_TABLE_FINDINGS:,} more_ |")
+    if len(groups) > MAX_TABLE_FINDINGS:
+        rows.append(f"| | | | _… {len(groups) - MAX_TABLE_FINDINGS:,} more_ |")
     return "\n".join(rows)
 
 
-def _finding_details(finding: dict[str, Any], base: str | None) -> str:
+def _finding_details(group: FindingGroup, base: str | None) -> str:
+    finding = group.lead
     severity = finding["severity"]
-    subject = html.escape(where(finding))
+    about = html.escape(where(finding) if group.size == 1 else group.count_label)
     summary = (
         f"{SEVERITY_MARK[severity]} <code>{html.escape(finding['rule'])}</code> "
-        f"{html.escape(finding['title'])}" + (f" — {subject}" if subject else "")
+        f"{html.escape(finding['title'])}" + (f" — {about}" if about else "")
     )
-    parts = [f"<details><summary>{summary}</summary>", "", text(finding["message"])]
+    parts = [f"<details><summary>{summary}</summary>", "", text(message(group))]
+    if group.size > 1:
+        parts += ["", f"Trials: {text(group.members())}"]
     if finding["evidence"]:
         lines = [
             f"{location(e, base)}  {e.get('excerpt') or ''}".rstrip() for e in finding["evidence"]
         ]
-        parts += ["", "Evidence:", "", fenced(lines)]
+        label = "Evidence:" if group.size == 1 else f"Evidence of {finding['trial_id']}:"
+        parts += ["", label, "", fenced(lines)]
     parts += ["", f"**Fix:** {text(finding['fix'])}"]
     for related in finding.get("related", []):
         parts += ["", f"_Also `{related['rule']}`:_ {text(related['message'])}"]

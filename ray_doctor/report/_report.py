@@ -12,8 +12,9 @@ from typing import Any
 from ray_doctor import __version__
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Experiment, ScanError, ScanResult, Trial, TrialStatus
+from ray_doctor.report._groups import group_id
 
-SCHEMA_VERSION = "1.1"  # 1.1: smoke (stages, environment, relaunch)
+SCHEMA_VERSION = "1.2"  # 1.1: smoke (stages, environment, relaunch); 1.2: findings[].group
 FAIL_ON_CHOICES = ("error", "warning", "info", "never")
 # Keys Ray fills into every result; the "last metric" shown is the first key not among them.
 AUTO_FILLED = {
@@ -145,7 +146,7 @@ def _experiment_dict(experiment: Experiment) -> dict[str, Any]:
 
 
 def _finding_dict(finding: Finding) -> dict[str, Any]:
-    return {
+    item = {
         "rule": finding.rule,
         "severity": finding.severity.value,
         "title": finding.title,
@@ -161,6 +162,8 @@ def _finding_dict(finding: Finding) -> dict[str, Any]:
             {"rule": r.rule, "title": r.title, "message": r.message} for r in finding.related
         ],
     }
+    item["group"] = group_id(item)
+    return item
 
 
 def fails(findings: list[Finding], fail_on: str) -> bool:

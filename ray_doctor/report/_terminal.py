@@ -12,6 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ray_doctor.report._common import SEVERITY_MARK, STAGE_MARK, short_path
+from ray_doctor.report._groups import (
+    FindingGroup,
+    finding_groups,
+    is_triage,
+    ranked_causes,
+    representative_evidence,
+    wants_summary,
+)
 from ray_doctor.report._interface import FormatOptions, Formatter
 from ray_doctor.report._report import ExitCode, Report
 
@@ -26,6 +34,12 @@ STATUS_STYLE = {
 SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "info": "bold cyan"}
 STAGE_STYLE = {"pass": "green", "fail": "bold red", "error": "bold yellow", "skip": "dim"}
 # Problem trials first, so a capped table still shows them.
+MAX_CAUSES = 8  # lines of the "what happened" block
+DEFAULT_ROWS = 20
+# When findings are grouped (a failing sweep), the groups name the failed trials: the trial
+# table is left out unless --max-rows asks for it, and a lone finding shows less evidence.
+TRIAGE_ROWS = -1
+TRIAGE_EVIDENCE = 2
 STATUS_ORDER = {"ERROR": 0, "RUNNING": 1, "PENDING": 1, "PAUSED": 1, "UNKNOWN": 2, "TERMINATED": 3}
 
 
@@ -48,7 +62,7 @@ def _append_counts(text: Text, counts: dict[str, int]) -> None:
 class TerminalFormatter(Formatter):
     name = "terminal"
 
-    def __init__(self, color: bool = False, width: int = 100, max_rows: int = 20) -> None:
+    def __init__(self, color: bool = False, width: int = 100, max_rows: int | None = None) -> None:
         self.color = color
         self.width = width
         self.max_rows = max_rows
@@ -71,6 +85,12 @@ class TerminalFormatter(Formatter):
             soft_wrap=False,
         )
         self._console = console
+        self._groups = finding_groups(report.data)
+        self._triage = is_triage(self._groups)
+        if self.max_rows is not None:
+            self._rows = self.max_rows
+        else:
+            self._rows = TRIAGE_ROWS if self._triage else DEFAULT_ROWS
         for part in self._parts(report.data):
             console.print(part)
         return buffer.getvalue()
@@ -86,13 +106,19 @@ class TerminalFormatter(Formatter):
         for experiment in experiments:
             own = [t for t in trials if t["experiment"] == experiment["name"]]
             yield self._experiment_line(experiment, own)
-            if own:
+            if own and self._rows < 0:
+                yield Text(
+                    f"  (trial table left out: --max-rows {DEFAULT_ROWS} shows it)", style="dim"
+                )
+            elif own:
                 yield self._trial_table(own)
-        findings = data.get("findings", [])
-        if findings:
+        groups = self._groups
+        if wants_summary(groups):
+            yield self._what_happened(groups)
+        if groups:
             yield Text("\nFindings", style="bold")
-            for finding in findings:
-                yield self._finding(finding)
+            for group in groups:
+                yield self._finding(group)
         errors = data.get("errors", [])
         if errors:
             heading = "Could not run" if data.get("command") == "smoke" else "Could not read"
@@ -169,7 +195,7 @@ class TerminalFormatter(Formatter):
         table.add_column("failures", justify="right")
         table.add_column("last checkpoint")
         ordered = sorted(trials, key=lambda t: STATUS_ORDER.get(t["status"], 2))
-        shown = ordered if self.max_rows <= 0 else ordered[: self.max_rows]
+        shown = ordered if self._rows <= 0 else ordered[: self._rows]
         for trial in shown:
             metric = trial.get("metric")
             value = _number(metric["value"]) if metric else ""
@@ -207,7 +233,7 @@ class TerminalFormatter(Formatter):
         table = Table(box=None, pad_edge=False, header_style="bold dim")
         for column in ("checkpoint", "trial", "formats", "tensors", "status"):
             table.add_column(column, justify="right" if column == "tensors" else "left")
-        shown = checkpoints if self.max_rows <= 0 else checkpoints[: self.max_rows]
+        shown = checkpoints if self._rows <= 0 else checkpoints[: self._rows]
         for checkpoint in shown:
             formats = sorted({f["format"] for f in checkpoint["files"] if f["format"] != "other"})
             if checkpoint["problems"]:
@@ -264,39 +290,98 @@ class TerminalFormatter(Formatter):
                 "kept (--keep): " + ", ".join(f"{k} {v}" for k, v in kept.items()), style="dim"
             )
 
-    def _finding(self, finding: dict[str, Any]) -> Group:
-        severity = finding["severity"]
-        head = Text("\n")
-        head.append(f"{SEVERITY_MARK[severity]} {severity}", style=SEVERITY_STYLE[severity])
-        head.append(f"  {finding['rule']}", style="bold")
-        where = " / ".join(x for x in (finding.get("experiment"), finding.get("trial_id")) if x)
-        if where:
-            head.append(f"  [{where}]", style="dim")
-        parts: list[Any] = [head, self._indent(Text(finding["message"]), 2)]
+    def _what_happened(self, groups: list[FindingGroup]) -> Group:
+        """Causes ranked by trials affected, one line each, across all experiments."""
+        lines: list[Any] = [Text("\nWhat happened", style="bold")]
+        ranked = ranked_causes(groups)
+        for group in ranked[:MAX_CAUSES]:
+            severity = group.lead["severity"]
+            line = Text("  ")
+            line.append(f"{group.count_label:>12}", style=SEVERITY_STYLE[severity])
+            line.append(f"  {group.lead['rule']}", style="bold")
+            if group.experiments > 1:
+                line.append(f" ({group.experiments} experiments)", style="dim")
+            line.append(f"  {group.cause}")
+            lines.append(self._line(line, 0))
+        if len(ranked) > MAX_CAUSES:
+            lines.append(Text(f"  … {len(ranked) - MAX_CAUSES} more causes below", style="dim"))
+        return Group(*lines)
+
+    def _finding(self, group: FindingGroup) -> Group:
+        if group.size > 1:
+            return self._group(group)
+        finding = group.lead
+        parts: list[Any] = [self._finding_head(group)]
+        parts.append(self._indent(Text(finding["message"]), 2))
         if finding["evidence"]:
             parts.append(Text("  evidence:", style="dim"))
-            for item in finding["evidence"][:8]:
-                location = short_path(item["path"], self._base)
-                if item.get("line"):
-                    location += f":{item['line']}"
-                excerpt = item.get("excerpt") or ""
-                if len(location) + len(excerpt) + 6 <= self.width:
-                    parts.append(
-                        self._indent(Text(location, style="cyan") + Text(f"  {excerpt}"), 4)
-                    )
-                else:
-                    # A long path gets its own line, so neither it nor the excerpt is broken.
-                    path_line = Text("    ") + Text(location, style="cyan")
-                    path_line.no_wrap, path_line.overflow = True, "ignore"
-                    parts.append(path_line)
-                    if excerpt:
-                        parts.append(self._indent(Text(excerpt), 6))
-        parts.append(self._indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2))
+            for item in finding["evidence"][: TRIAGE_EVIDENCE if self._triage else 8]:
+                parts += self._evidence(item)
+        parts.append(self._fix(finding))
         for related in finding.get("related", []):
             text = Text(f"also {related['rule']}: {related['message']}", style="dim")
             parts.append(self._indent(text, 2))
         parts.append(self._indent(Text(f"docs: {finding['docs']}", style="dim"), 2))
         return Group(*parts)
+
+    def _group(self, group: FindingGroup) -> Group:
+        """Many findings with one cause, compact: the cause on the heading, the members on a
+        line, one line of the representative's (first member's) evidence, one fix."""
+        finding = group.lead
+        parts: list[Any] = [self._line(self._finding_head(group) + Text(f"  {group.cause}"), 0)]
+        members = Text("trials: ", style="dim") + Text(group.members())
+        parts.append(self._line(members, 2))
+        for item in representative_evidence(finding):
+            location = Text(short_path(item["path"], self._base), style="cyan")
+            if item.get("line"):
+                location.append(f":{item['line']}")
+            excerpt = Text(f"  {item.get('excerpt') or ''}")
+            parts.append(
+                self._line(Text(f"{finding['trial_id'] or 'e.g.'}: ") + location + excerpt, 2)
+            )
+        parts.append(self._fix(finding))
+        docs = f"docs: {finding['docs']}"
+        related = sorted({r["rule"] for f in group.findings for r in f.get("related", [])})
+        if related:
+            docs += f" · also: {', '.join(related)}"
+        parts.append(self._line(Text(docs, style="dim"), 2))
+        return Group(*parts)
+
+    def _finding_head(self, group: FindingGroup) -> Text:
+        finding = group.lead
+        severity = finding["severity"]
+        head = Text("\n")
+        head.append(f"{SEVERITY_MARK[severity]} {severity}", style=SEVERITY_STYLE[severity])
+        head.append(f"  {finding['rule']}", style="bold")
+        if group.size > 1:
+            head.append(f" x {group.count_label}", style=SEVERITY_STYLE[severity])
+            where = None  # the members line names the trials (with experiments when several)
+        else:
+            where = " / ".join(x for x in (finding.get("experiment"), finding.get("trial_id")) if x)
+        if where:
+            head.append(f"  [{where}]", style="dim")
+        return head
+
+    def _evidence(self, item: dict[str, Any]) -> list[Text]:
+        location = short_path(item["path"], self._base)
+        if item.get("line"):
+            location += f":{item['line']}"
+        excerpt = item.get("excerpt") or ""
+        if len(location) + len(excerpt) + 6 <= self.width:
+            return [self._indent(Text(location, style="cyan") + Text(f"  {excerpt}"), 4)]
+        # A long path gets its own line, so neither it nor the excerpt is broken.
+        path_line = Text("    ") + Text(location, style="cyan")
+        path_line.no_wrap, path_line.overflow = True, "ignore"
+        return [path_line] + ([self._indent(Text(excerpt), 6)] if excerpt else [])
+
+    def _fix(self, finding: dict[str, Any]) -> Text:
+        return self._indent(Text.assemble(("fix: ", "bold green"), finding["fix"]), 2)
+
+    def _line(self, text: Text, width: int) -> Text:
+        """`text` indented on one line, cut with an ellipsis at the console width."""
+        line = Text(" " * width) + text
+        line.truncate(self.width, overflow="ellipsis")
+        return line
 
     def _footer(self, data: dict[str, Any]) -> Text:
         summary = data["summary"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TextIO
 
 from ray_doctor.model import Experiment, Layout, ScanError, ScanResult
@@ -69,7 +70,8 @@ def scan(
         result = _scan_path(target, _How(workers, progress, cache))
     extra = LogResult()
     for path in logs:
-        extra.extend(_read_log_target(path))
+        label = f"logs {path.rstrip('/').rsplit('/', 1)[-1]}"
+        extra.extend(_read_log_target(path, partial(progress, label) if progress else None))
     if extra.files or extra.errors:
         merge_logs(result, extra)
     return result
@@ -86,12 +88,12 @@ def _open(target: str) -> tuple[Storage, str, Entry]:
     return storage, path, entry
 
 
-def _read_log_target(target: str) -> LogResult:
+def _read_log_target(target: str, progress: Callable[[int, int], None] | None) -> LogResult:
     try:
         storage, path, _ = _open(target)
     except ScanFailure as exc:
         return LogResult(errors=[ScanError(target, str(exc).split(": ", 1)[-1])])
-    return read_logs(storage, path)
+    return read_logs(storage, path, progress)
 
 
 def _scan_path(target: str, how: _How) -> ScanResult:
@@ -122,7 +124,7 @@ def _scan_path(target: str, how: _How) -> ScanResult:
         result.experiments.append(experiment)
         return result
     if is_session_logs_dir(entries):
-        found = read_session_logs(storage, path)
+        found = read_session_logs(storage, path, how.progress and partial(how.progress, "logs"))
         result.layout = Layout.LOG
         result.experiments.append(log_experiment(display, "session logs", found))
         return result

@@ -11,7 +11,7 @@ import json
 import re
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
@@ -346,7 +346,7 @@ class _TextLogParser:
         self.hot = hot
         lineno = text_line.lineno
         line = text_line.text
-        if "repeated" in line:
+        if "[repeated " in line:  # a 200 MB session log has millions of plain lines
             line = DEDUP_SUFFIX.sub("", line)
         self.record_start = text_line.prefixed
         prefix = WORKER_PREFIX.match(line)
@@ -564,15 +564,20 @@ def is_session_logs_dir(entries: list[Entry]) -> bool:
     )
 
 
-def read_session_logs(storage: Storage, path: str) -> LogResult:
-    """A `/tmp/ray/session_*/logs` dir, including its `train/` subdir."""
+def read_session_logs(
+    storage: Storage, path: str, progress: Callable[[int, int], None] | None = None
+) -> LogResult:
+    """A `/tmp/ray/session_*/logs` dir, including its `train/` subdir. `progress(done, total)`
+    hears of each file read (a long session's logs run to gigabytes)."""
     result = LogResult()
     try:
         entries = storage.list_dir(path)
     except StorageError as exc:
         result.errors.append(ScanError(exc.path, exc.reason))
         return result
-    for entry in entries:
+    for done, entry in enumerate(entries, start=1):
+        if progress:
+            progress(done, len(entries))
         if entry.is_dir and entry.name == "train":
             try:
                 train_entries = storage.list_dir(entry.path)
@@ -587,7 +592,9 @@ def read_session_logs(storage: Storage, path: str) -> LogResult:
     return result
 
 
-def read_logs(storage: Storage, path: str) -> LogResult:
+def read_logs(
+    storage: Storage, path: str, progress: Callable[[int, int], None] | None = None
+) -> LogResult:
     """A log file or a dir of logs (a session logs dir or any dir of log files)."""
     try:
         entry = storage.stat(path)
@@ -596,7 +603,7 @@ def read_logs(storage: Storage, path: str) -> LogResult:
     if entry is None:
         return LogResult(errors=[ScanError(storage.display(path), "no such file or directory")])
     if entry.is_dir:
-        return read_session_logs(storage, path)
+        return read_session_logs(storage, path, progress)
     if not entry.is_file:
         return LogResult(errors=[ScanError(storage.display(path), "not a regular file")])
     return read_log_file(storage, path)

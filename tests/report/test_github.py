@@ -15,6 +15,7 @@ from ray_doctor.report._github import (
     escape_property,
     workflow_command,
 )
+from ray_doctor.report._groups import group_id
 from ray_doctor.report._markdown import STEP_SUMMARY_LIMIT
 
 HOSTILE = "100% done,\r\nkey: value, next::line %0A"
@@ -85,15 +86,42 @@ def test_evidence_that_is_not_a_file_annotates_no_file():
         assert "file" not in props
 
 
+def _copies(finding: dict, count: int, distinct: bool) -> list[dict]:
+    """`count` copies of a finding, each with its own trial id; with `distinct`, each also
+    with its own cause (a word that differs, so the masking of numbers keeps them apart)."""
+    copies = []
+    for i in range(count):
+        item = copy.deepcopy(finding)
+        item["trial_id"] = f"b0523_{i:05d}"
+        item["message"] = item["message"].replace(finding["trial_id"], item["trial_id"])
+        if distinct:
+            item["message"] += " " + "abcdefghijklmnopqrstuvwxyz"[i] * 3
+        item["group"] = group_id(item)
+        copies.append(item)
+    return copies
+
+
 def test_at_most_ten_annotations_a_kind(fixtures):
     report = inspect_report(fixtures / "tune_trial_error")
     (finding,) = report.data["findings"]
-    report.data["findings"] = [copy.deepcopy(finding) for _ in range(25)]
+    report.data["findings"] = _copies(finding, 25, distinct=True)
     lines = GithubFormatter().render(report).splitlines()
     errors = [line for line in lines if line.startswith("::error ")]
     assert len(errors) == 10
     _, _, message = parse(next(line for line in lines if line.startswith("::notice")))
     assert message.startswith("15 more findings are not annotated here")
+
+
+def test_one_annotation_for_trials_that_failed_the_same_way(fixtures):
+    report = inspect_report(fixtures / "tune_trial_error")
+    (finding,) = report.data["findings"]
+    report.data["findings"] = _copies(finding, 25, distinct=False)
+    lines = GithubFormatter().render(report).splitlines()
+    (error,) = [line for line in lines if line.startswith("::error ")]
+    _, props, message = parse(error)
+    assert "[25 trials: b0523_00000, b0523_00001" in props["title"]
+    assert props["title"].endswith("+20 more]")
+    assert message.startswith("Failed with ValueError: lr=0.1 is too large")
 
 
 def test_step_summary_is_appended_never_clobbered(fixtures, tmp_path):
@@ -113,13 +141,14 @@ def test_step_summary_is_appended_never_clobbered(fixtures, tmp_path):
 
 def test_step_summary_stays_under_githubs_limit(fixtures, tmp_path):
     summary = tmp_path / "step_summary.md"
-    summary.write_text("x" * (STEP_SUMMARY_LIMIT - 6000))
+    # Room for a summary (>= 4 KB) but not for all of this one's sections.
+    summary.write_text("x" * (STEP_SUMMARY_LIMIT - 4200))
     report = inspect_report(fixtures / "tune_config_correlated")
     import io
 
     GithubFormatter(step_summary=str(summary)).write(report, io.StringIO())
     size = summary.stat().st_size
-    assert STEP_SUMMARY_LIMIT - 6000 < size <= STEP_SUMMARY_LIMIT
+    assert STEP_SUMMARY_LIMIT - 4200 < size <= STEP_SUMMARY_LIMIT
     assert "left out to stay under" in summary.read_text()
 
 

@@ -37,6 +37,8 @@ def goldens() -> dict[str, dict]:
 def test_saved_reports_still_validate():
     found = goldens()
     assert {"inspect-1.1.json", "verify-checkpoint-1.1.json", "smoke-1.1.json"} <= set(found)
+    assert "inspect-1.2.json" in found  # 1.2: every finding carries its group id
+    assert all(f["group"].startswith("g-") for f in found["inspect-1.2.json"]["findings"])
     for name, report in found.items():
         validate(report)
         assert report["schema_version"].split(".")[0] == SCHEMA_VERSION.split(".")[0], name
