@@ -16,6 +16,7 @@ what is missing.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ray_doctor.model import CollectiveCall, CollectiveEvidence, Evidence, RankDump, RankExit
@@ -149,13 +150,31 @@ def _lag(per_rank: dict[int, dict[int, CollectiveCall]]):
     return call, waiting, absent
 
 
+# A rank's error that only says a peer went away or never answered: a victim's, not a cause.
+PEER_SYMPTOM = re.compile(
+    r"Connection (?:closed|reset) by peer|Timed out waiting|Watchdog caught|timed out|"
+    r"DistBackendError|NCCL communicator was aborted"
+)
+
+
 def _first_exit(exits: list[RankExit]) -> RankExit | None:
+    """torchrun's root cause; else the earliest, a rank's own error before a peer symptom
+    (error files carry whole seconds: two ranks often share one)."""
     if not exits:
         return None
-    timed = [e for e in exits if e.time is not None]
-    if timed:
-        return min(timed, key=lambda e: e.time or 0.0)
-    return exits[0]
+    reported = [e for e in exits if e.root_cause]
+    if reported:
+        return reported[0]
+    order = {id(e): i for i, e in enumerate(exits)}
+    return min(
+        exits,
+        key=lambda e: (
+            e.time is None,
+            e.time or 0.0,
+            bool(PEER_SYMPTOM.search(e.detail)),
+            order[id(e)],
+        ),
+    )
 
 
 def attribute(evidence: CollectiveEvidence) -> Attribution:

@@ -280,6 +280,7 @@ class RankExit:
     detail: str  # e.g. "RuntimeError: ...", "SIGKILL", "exit code 1"
     source: Evidence
     time: float | None = None  # when, if the evidence says (seconds since the epoch)
+    root_cause: bool = False  # torchrun's report named it the first observed failure
 
 
 @dataclass

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from ray_doctor.collectives import Attribution, attribute
 from ray_doctor.findings import Finding, Severity
-from ray_doctor.model import CollectiveCall, Evidence, Experiment
+from ray_doctor.model import CollectiveCall, Evidence, Experiment, Layout
 from ray_doctor.rules._base import Rule, stop_subject
 from ray_doctor.rules._signature import ended_by
 
@@ -64,9 +64,11 @@ class CollectiveDesync(Rule):
         failed = any(True for _ in ended_by(experiment))
         if not (answer.found or (answer.no_dump and failed)):
             return
-        message = describe(answer, experiment.logs)
+        message = describe(answer, logs_given=bool(experiment.logs))
         subject = next((s for _, _, s in ended_by(experiment)), None) or stop_subject(experiment)
         trial = next((t for t, _, _ in ended_by(experiment) if t is not None), None)
+        if trial is None and experiment.layout == Layout.TRAIN_V2 and len(experiment.trials) == 1:
+            trial = experiment.trials[0]  # dumps given beside a Train V2 run are that run's
         yield self.finding(
             experiment,
             message,
@@ -86,8 +88,9 @@ def _call(call: CollectiveCall) -> str:
     return f"collective {call.describe}"
 
 
-def describe(answer: Attribution, logs: list[str] | None = None) -> str:
-    """The headline: the culprit rank(s), the collective, and what evidence is missing."""
+def describe(answer: Attribution, logs_given: bool | None = None) -> str:
+    """The headline: the culprit rank(s), the collective, and what evidence is missing
+    (`logs_given` None: logs are not part of the evidence, as in smoke)."""
     parts: list[str] = []
     if answer.absent and answer.call is not None:
         verb = "was" if len(answer.waiting) == 1 else "were"
@@ -109,16 +112,16 @@ def describe(answer: Attribution, logs: list[str] | None = None) -> str:
     if exit_ is not None:
         who = f"Rank {exit_.rank}" if exit_.rank is not None else "A rank"
         how = {
-            "signal": f"was killed by {exit_.detail}",
-            "exception": f"raised {exit_.detail}",
-        }.get(exit_.how, f"exited ({exit_.detail})")
-        parts.append(f"{who} died first: it {how}.")
+            "signal": f"it was killed by {exit_.detail}",
+            "exception": f"it raised {exit_.detail}",
+        }.get(exit_.how, f"its process ended without a Python exception ({exit_.detail})")
+        parts.append(f"{who} died first: {how}.")
     if not answer.absent and not answer.desync and answer.call is not None and answer.waiting:
         verb = "was" if len(answer.waiting) == 1 else "were"
         parts.append(f"{_ranks(answer.waiting).capitalize()} {verb} in {_call(answer.call)}.")
     for rank in answer.suspects:
         parts.append(_suspect(answer, rank))
-    parts.append(_missing(answer, logs))
+    parts.append(_missing(answer, logs_given))
     return " ".join(p for p in parts if p)
 
 
@@ -134,14 +137,16 @@ def _suspect(answer: Attribution, rank: int) -> str:
     return f"Rank {rank}: {'; '.join(bits)}." if bits else ""
 
 
-def _missing(answer: Attribution, logs: list[str] | None) -> str:
+def _missing(answer: Attribution, logs_given: bool | None) -> str:
     missing = []
     if answer.no_dump:
         missing.append(f"no Flight Recorder dump from {_ranks(answer.no_dump)}")
     if not answer.dumps:
         missing.append("no Flight Recorder dumps")
-    if not answer.last_lines:
-        missing.append("no per-rank log lines" + ("" if logs else " (no logs given with --logs)"))
+    if logs_given is None:
+        pass
+    elif not answer.last_lines:
+        missing.append("no per-rank log lines" + ("" if logs_given else " (no --logs given)"))
     elif any(r not in answer.last_lines for r in answer.suspects):
         quiet = [r for r in answer.suspects if r not in answer.last_lines]
         missing.append(f"no log line from {_ranks(quiet)}")
@@ -149,11 +154,17 @@ def _missing(answer: Attribution, logs: list[str] | None) -> str:
 
 
 def fix_for(answer: Attribution) -> str:
-    if answer.first_exit is not None and answer.first_exit.how == "signal":
+    died = answer.first_exit
+    if died is not None and died.how == "exception":
         return (
-            f"Find out what killed rank {answer.first_exit.rank} (the OOM killer, a preemption, "
-            "a node failure: see raylet.out and the node's kernel log); the other ranks only "
-            "timed out waiting for it."
+            f"Fix rank {died.rank}'s own error ({died.detail}); the other ranks only failed "
+            "waiting for it in the collective."
+        )
+    if died is not None:
+        return (
+            f"Find out what ended rank {died.rank}'s process (the OOM killer, a preemption, a "
+            "native crash: see raylet.out, the worker's .err and the node's kernel log); the "
+            "other ranks only failed waiting for it."
         )
     if answer.desync is not None:
         return (

@@ -12,6 +12,7 @@ say which rank failed first and how; the logs say each rank's last line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Iterator
@@ -33,7 +34,9 @@ from ray_doctor.scan._traceback import strip_ansi
 from ray_doctor.storage import Entry, Storage, StorageError, open_storage
 
 MAX_DUMP_BYTES = 256 * 1024 * 1024
-MAX_DUMP_FILES = 4096  # dump-like files read from one dir
+MAX_DUMP_FILES = 4096  # dump-like files read below one dir
+MAX_DUMP_DEPTH = 4  # levels looked into below a dir given for dumps
+MAX_DUMP_DIRS = 200  # dirs listed there, at most
 # torch names a dump <prefix><rank> (e.g. nccl_trace_rank_3); JSON copies often add .json.
 DUMP_NAME = re.compile(r"(?P<rank>\d+)(?:\.json|\.pkl|\.pickle)?$")
 ERROR_FILE_NAME = re.compile(r"(?:^|_)error\.json$|^error_file")
@@ -55,8 +58,10 @@ RAY_WORKER_DIED = re.compile(
     r"Worker unexpectedly exits|killed by (?:signal|SIGKILL)|exit(?:ed)? with (?:signal|code)|"
     r"\*\*\* SIG[A-Z]+ received at time=)"
 )
-PID_IN_TEXT = re.compile(r"\bpid[=: ]+(\d+)")
-SIGNAL_NAME = re.compile(r"\b(SIG[A-Z]+)\b|[Ss]ignal (\d+)")
+PID_IN_TEXT = re.compile(r"(?i)\bpid[=: ]+(\d+)")
+# Only where the text says the process got the signal: Ray's "common causes" name others.
+SIGNAL_NAME = re.compile(r"(?:killed by |\*\*\* )(SIG[A-Z]+)|\b[Ss]ignal (\d+)")
+EXIT_DETAIL = re.compile(r"Worker exit detail: (.*?)\.(?: |$)")
 SIGNALS = {"9": "SIGKILL", "15": "SIGTERM", "6": "SIGABRT", "11": "SIGSEGV", "7": "SIGBUS"}
 
 
@@ -89,11 +94,12 @@ def read_evidence_file(storage: Storage, entry: Entry) -> RankDump | RankExit | 
             if DUMP_NAME.search(entry.name) and entry.name.endswith(".json"):
                 return ScanError(shown, f"not valid JSON ({exc})")
             return None
-        return _from_json(root, shown, entry.name)
+        return from_json(root, shown, entry.name)
     return _from_pickle(data, shown, entry.name)
 
 
-def _from_json(root: Any, shown: str, name: str) -> RankDump | RankExit | None:
+def from_json(root: Any, shown: str, name: str) -> RankDump | RankExit | None:
+    """A parsed JSON dump or error file; `name` is the file name torch gave it (the rank)."""
     if isinstance(root, dict) and isinstance(root.get("entries"), list):
         return _dump(root, shown, name, "json")
     if isinstance(root, dict) and "message" in root:
@@ -162,7 +168,9 @@ def _dump(root: dict, shown: str, name: str, fmt: str) -> RankDump:
         if not seq:
             continue
         group = entry.get("process_group")
-        name_, desc = (group[0], group[1]) if isinstance(group, (list, tuple)) and group else ("", "")
+        name_, desc = (
+            (group[0], group[1]) if isinstance(group, (list, tuple)) and group else ("", "")
+        )
         calls.append(
             CollectiveCall(
                 seq=seq,
@@ -184,7 +192,9 @@ def _dump(root: dict, shown: str, name: str, fmt: str) -> RankDump:
             if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
                 group_ranks[str(key)] = ranks
     version = root.get("version")
-    return RankDump(shown, dump_rank(name), fmt, calls, group_ranks, str(version) if version else None)
+    return RankDump(
+        shown, dump_rank(name), fmt, calls, group_ranks, str(version) if version else None
+    )
 
 
 def _error_file(root: dict, shown: str, name: str) -> RankExit:
@@ -199,29 +209,33 @@ def _error_file(root: dict, shown: str, name: str) -> RankExit:
     # torchelastic writes <run dir>/attempt_<n>/<local rank>/error.json
     parent = shown.rstrip("/").rsplit("/", 2)
     rank = dump_rank(parent[-2]) if len(parent) == 3 and parent[-2].isdigit() else None
-    return RankExit(rank, "exception", detail, Evidence(shown, 1, detail), float(when) if when else None)
+    return RankExit(
+        rank, "exception", detail, Evidence(shown, 1, detail), float(when) if when else None
+    )
 
 
 def read_evidence_dir(storage: Storage, path: str) -> tuple[CollectiveEvidence, list[ScanError]]:
-    """Dumps and error files in a dir and its direct subdirs (fr_dumps/, attempt_0/1/)."""
+    """Dumps and error files in a dir and the dirs below it, a few levels deep (a logs dir's
+    fr_dumps/, torchrun's <log dir>/<run id>/attempt_0/<local rank>/error.json)."""
     evidence = CollectiveEvidence()
     errors: list[ScanError] = []
-    try:
-        entries = storage.list_dir(path)
-    except StorageError as exc:
-        return evidence, [ScanError(exc.path, exc.reason)]
-    candidates = [e for e in entries if could_be_evidence(e)]
-    for sub in (e for e in entries if e.is_dir):
-        try:
-            inner = storage.list_dir(sub.path)
-        except StorageError:
-            continue
-        candidates += [e for e in inner if could_be_evidence(e)]
-        for leaf in (e for e in inner if e.is_dir and e.name.isdigit()):  # attempt_0/<rank>/
+    candidates: list[Entry] = []
+    frontier, listed = [path], 0
+    for _depth in range(MAX_DUMP_DEPTH):
+        below: list[str] = []
+        for folder in frontier:
+            if listed >= MAX_DUMP_DIRS:
+                break
+            listed += 1
             try:
-                candidates += [e for e in storage.list_dir(leaf.path) if could_be_evidence(e)]
-            except StorageError:
+                entries = storage.list_dir(folder)
+            except StorageError as exc:
+                if folder == path:
+                    errors.append(ScanError(exc.path, exc.reason))
                 continue
+            candidates += [e for e in entries if could_be_evidence(e)]
+            below += [e.path for e in entries if e.is_dir]
+        frontier = below
     for entry in candidates[:MAX_DUMP_FILES]:
         _add(evidence, errors, read_evidence_file(storage, entry))
     return evidence, errors
@@ -288,7 +302,11 @@ def read_rank_logs(experiment: Experiment) -> None:
             continue
         known.add(rank)
         signal = _signal(line)
-        how, detail = ("signal", signal) if signal else ("exit code", "its process died")
+        if signal:
+            how, detail = "signal", signal
+        else:
+            said = EXIT_DETAIL.search(line)
+            how, detail = "exit code", said[1] if said else "its process died"
         experiment.collectives.exits.append(RankExit(rank, how, detail, evidence))
 
 
@@ -366,6 +384,9 @@ class _TorchrunReport:
             self.fields[match[1]] = (match[2].strip(), lineno)
         elif self.fields and (line.startswith("=") or not line.strip()):
             self.finish()
+        elif "traceback" in self.fields:
+            # A multi-line traceback: its last line is the exception.
+            self.fields["traceback"] = (line.strip(), lineno)
 
     def finish(self) -> list[RankExit]:
         if self.in_root and self.fields:
@@ -383,16 +404,16 @@ def _report_exit(fields: dict[str, tuple[str, int]], shown: str) -> RankExit:
     code = int(exit_match[1]) if exit_match else None
     if code is not None and code < 0:
         how, detail = "signal", exit_match[3] or SIGNALS.get(str(-code), f"signal {-code}")
-    elif traceback_text and traceback_text != "<N/A>" and "To enable traceback" not in traceback_text:
+    elif (
+        traceback_text and traceback_text != "<N/A>" and "To enable traceback" not in traceback_text
+    ):
         how, detail = "exception", traceback_text
     else:
         how, detail = "exit code", f"exit code {code}"
     when = None
     time_text = fields.get("time", ("", None))[0]
-    try:
+    with contextlib.suppress(ValueError):
         when = datetime.strptime(time_text, "%Y-%m-%d_%H:%M:%S").timestamp()
-    except ValueError:
-        pass
     excerpt = f"rank {rank_text}; exitcode {exit_text}; {traceback_text}".strip("; ")
     return RankExit(
         int(rank_match[1]) if rank_match else None,
@@ -400,6 +421,7 @@ def _report_exit(fields: dict[str, tuple[str, int]], shown: str) -> RankExit:
         detail,
         Evidence(shown, rank_line, excerpt),
         when,
+        root_cause=True,
     )
 
 
@@ -407,9 +429,9 @@ def attach(experiments: Iterable[Experiment]) -> None:
     """Read the per-rank logs of experiments with dumps or exits to explain, or whose logs
     hold torchrun's report."""
     for experiment in experiments:
-        torchrun = any(
-            f.exc_type == "ChildFailedError" for f in _all_failures(experiment)
-        ) or any("Root Cause (first observed failure)" in e.line for e in experiment.events)
+        torchrun = any(f.exc_type == "ChildFailedError" for f in _all_failures(experiment)) or any(
+            "Root Cause (first observed failure)" in e.line for e in experiment.events
+        )
         if experiment.collectives or torchrun:
             read_rank_logs(experiment)
 

@@ -25,6 +25,9 @@ HEADLINES = {
     "tune_insufficient_resources": "resources-insufficient",
     "tune_no_checkpoint": "retries-exhausted",
     "tune_config_correlated": "trial-error",
+    "train_v2_fr_skipped_collective": "collective-desync",
+    "train_v2_fr_shape_mismatch": "collective-desync",
+    "train_v2_fr_rank_killed": "collective-desync",
 }
 HEALTHY = [
     "tune_healthy",
@@ -38,7 +41,7 @@ HEALTHY = [
 def inspect_fixture(fixtures, scenario: str) -> tuple[int, dict]:
     base = fixtures / scenario
     args = [str(base)]
-    for log in ("driver.log", "session_logs"):
+    for log in ("driver.log", "session_logs", "fr_dumps"):
         if (base / log).exists():
             args += ["--logs", str(base / log)]
     return inspect_json(*args)
