@@ -115,7 +115,7 @@ def describe(answer: Attribution, logs_given: bool | None = None) -> str:
             "signal": f"it was killed by {exit_.detail}",
             "exception": f"it raised {exit_.detail}",
         }.get(exit_.how, f"its process ended without a Python exception ({exit_.detail})")
-        parts.append(f"{who} died first: {how}.")
+        parts.append(_sentence(f"{who} died first: {how}"))
     if not answer.absent and not answer.desync and answer.call is not None and answer.waiting:
         verb = "was" if len(answer.waiting) == 1 else "were"
         parts.append(f"{_ranks(answer.waiting).capitalize()} {verb} in {_call(answer.call)}.")
@@ -123,6 +123,10 @@ def describe(answer: Attribution, logs_given: bool | None = None) -> str:
         parts.append(_suspect(answer, rank))
     parts.append(_missing(answer, logs_given))
     return " ".join(p for p in parts if p)
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "?", "!", "…")) else text + "."
 
 
 def _suspect(answer: Attribution, rank: int) -> str:

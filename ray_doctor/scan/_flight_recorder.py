@@ -39,8 +39,12 @@ MAX_DUMP_DEPTH = 4  # levels looked into below a dir given for dumps
 MAX_DUMP_DIRS = 200  # dirs listed there, at most
 # torch names a dump <prefix><rank> (e.g. nccl_trace_rank_3); JSON copies often add .json.
 DUMP_NAME = re.compile(r"(?P<rank>\d+)(?:\.json|\.pkl|\.pickle)?$")
+DUMP_LIKE_NAME = re.compile(r"(?i)(?:rank|trace|fr|dump)[\w.-]*?\d+(?:\.json|\.pkl|\.pickle)?$")
 ERROR_FILE_NAME = re.compile(r"(?:^|_)error\.json$|^error_file")
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".csv", ".pt", ".pth", ".safetensors")
+HEAD_BYTES = 4096
+# A JSON dump's or error file's first keys (torch writes them sorted; @record writes "message").
+JSON_KEYS = re.compile(rb'"(?:entries|pg_config|comm_lib_version|version|message)"\s*:')
 PICKLE_PROTOCOLS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 PLAIN = (dict, list, tuple, str, int, float, bool, type(None), bytes)
 
@@ -62,6 +66,16 @@ PID_IN_TEXT = re.compile(r"(?i)\bpid[=: ]+(\d+)")
 # Only where the text says the process got the signal: Ray's "common causes" name others.
 SIGNAL_NAME = re.compile(r"(?:killed by |\*\*\* )(SIG[A-Z]+)|\b[Ss]ignal (\d+)")
 EXIT_DETAIL = re.compile(r"Worker exit detail: (.*?)\.(?: |$)")
+# What a dying process prints after its real last line: crash handlers' stacks and lists.
+CRASH_NOISE = re.compile(
+    r"^(?:Extension modules:|Fatal Python error|\*\*\* SIG|PC: @|\s*@\s+0x|Stack \(most recent|"
+    r"\s*File \"<|.*\+0x[0-9a-f]+\) \[0x|\[[\d\- :,]+ [EF] \d+ \d+\] logging\.cc:\d+: (?!Unhandled))"
+)
+# A native abort's reason (a gloo/NCCL enforce, std::terminate), said before the signal.
+ABORT_REASON = re.compile(
+    r"(?:Unhandled exception: \S+ what\(\): |terminate called after .*?what\(\): )(.*)"
+)
+MAX_DETAIL = 200
 SIGNALS = {"9": "SIGKILL", "15": "SIGTERM", "6": "SIGABRT", "11": "SIGSEGV", "7": "SIGBUS"}
 
 
@@ -71,18 +85,19 @@ def dump_rank(name: str) -> int | None:
 
 
 def could_be_evidence(entry: Entry) -> bool:
-    """A file worth sniffing: named like a dump (<prefix><rank>) or an error file."""
+    """A file worth sniffing: named like a dump (torch's default nccl_trace_rank_<N>, or any
+    <prefix><rank> whose prefix says rank, trace, fr or dump) or like an error file."""
     if not entry.is_file or entry.name.endswith(LOG_SUFFIXES):
         return False
-    return bool(DUMP_NAME.search(entry.name) or ERROR_FILE_NAME.search(entry.name))
+    return bool(DUMP_LIKE_NAME.search(entry.name) or ERROR_FILE_NAME.search(entry.name))
 
 
 def read_evidence_file(storage: Storage, entry: Entry) -> RankDump | RankExit | ScanError | None:
     """A dump, an error file, a reason it cannot be read, or None when it is neither."""
     shown = storage.display(entry.path)
     try:
-        head = storage.read_range(entry.path, 0, 2)
-        if not (head.startswith(b"{") or head in PICKLE_PROTOCOLS):
+        head = storage.read_range(entry.path, 0, HEAD_BYTES)
+        if not (head[:2] in PICKLE_PROTOCOLS or (head.startswith(b"{") and JSON_KEYS.search(head))):
             return None
         data = storage.read_bytes(entry.path, MAX_DUMP_BYTES)
     except StorageError as exc:
@@ -275,6 +290,7 @@ def read_rank_logs(experiment: Experiment) -> None:
     last_by_pid: dict[int, Evidence] = {}
     last_lines = experiment.collectives.last_lines
     died_pids: list[tuple[int | None, Evidence, str]] = []
+    abort_reasons: dict[int, str] = {}
     for path in experiment.logs:
         report = _TorchrunReport(path)
         try:
@@ -286,6 +302,9 @@ def read_rank_logs(experiment: Experiment) -> None:
                     continue
                 _text_rank_line(line, path, lineno, ranks_by_pid, last_by_pid, last_lines)
                 report.feed(line, lineno)
+                reason = ABORT_REASON.search(line)
+                if reason and _dead_pid(line) is not None:
+                    abort_reasons[_dead_pid(line)] = _abort_reason(reason[1])
                 if RAY_WORKER_DIED.search(line):
                     died_pids.append((_dead_pid(line), Evidence(path, lineno, line), line))
         except StorageError as exc:
@@ -304,6 +323,8 @@ def read_rank_logs(experiment: Experiment) -> None:
         signal = _signal(line)
         if signal:
             how, detail = "signal", signal
+            if pid in abort_reasons:
+                detail += f" after {abort_reasons[pid]}"
         else:
             said = EXIT_DETAIL.search(line)
             how, detail = "exit code", said[1] if said else "its process died"
@@ -326,6 +347,13 @@ def _signal(line: str) -> str | None:
     if not match:
         return None
     return match[1] or SIGNALS.get(match[2], f"signal {match[2]}")
+
+
+def _abort_reason(text: str) -> str:
+    """gloo's "[enforce fail at file:line] cond. 8 vs 4. Reason." as "cond. 8 vs 4. Reason."."""
+    text = re.sub(r"^\[enforce fail at [^\]]*\]\s*", "", text.strip())
+    text = re.split(r" /\S", text, maxsplit=1)[0]  # the native stack trace that follows
+    return text if len(text) <= MAX_DETAIL else text[: MAX_DETAIL - 1] + "…"
 
 
 def _json_rank_line(line: str, path: str, lineno: int, last_lines: dict[int, Evidence]) -> None:
@@ -355,8 +383,8 @@ def _text_rank_line(
         ranks_by_pid[int(mapping["pid"])] = int(mapping["rank"])
     prefix = WORKER_PREFIX.match(line)
     text = line[prefix.end() :] if prefix else line
-    if not text.strip() or DEDUP_SUFFIX.search(text):
-        return  # Ray's deduplicated repeats arrive late and out of order
+    if not text.strip() or DEDUP_SUFFIX.search(text) or CRASH_NOISE.match(text):
+        return  # Ray's deduplicated repeats arrive late and out of order; crash handler output
     torch_rank = TORCH_RANK_PREFIX.match(text)
     if torch_rank:
         last_lines[int(torch_rank["rank"])] = Evidence(path, lineno, text)
