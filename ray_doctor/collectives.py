@@ -113,22 +113,30 @@ def _members(group: str, calls: dict[int, dict[int, CollectiveCall]], dumps: dic
 
 
 def _first_desync(per_rank: dict[int, dict[int, CollectiveCall]]) -> Desync | None:
+    """The first sequence number at which ranks called different things. Each rank is
+    compared with the one that holds the most entries (one dict lookup per entry); the
+    sides are worked out only at the first number that differs."""
     if len(per_rank) < 2:
         return None
-    seqs = sorted(set().union(*(calls.keys() for calls in per_rank.values())))
-    for seq in seqs:
-        here = [(rank, calls[seq]) for rank, calls in per_rank.items() if seq in calls]
-        if len(here) < 2:
-            continue
-        first = here[0][1].signature
-        if all(call.signature == first for _, call in here):
-            continue
-        sides: dict[tuple[str, str, str], tuple[list[int], CollectiveCall]] = {}
-        for rank, call in here:
-            sides.setdefault(call.signature, ([], call))[0].append(rank)
-        ordered = sorted(sides.values(), key=lambda side: (-len(side[0]), side[0]))
-        return Desync(seq, [(sorted(ranks), call) for ranks, call in ordered])
-    return None
+    reference = max(per_rank.values(), key=len)
+    first: int | None = None
+    for calls in per_rank.values():
+        for seq, call in calls.items():
+            if first is not None and seq >= first:
+                continue
+            ref = reference.get(seq)
+            if ref is not None and (
+                ref.sizes != call.sizes or ref.op != call.op or ref.dtypes != call.dtypes
+            ):
+                first = seq
+    if first is None:
+        return None
+    sides: dict[tuple[str, str, str], tuple[list[int], CollectiveCall]] = {}
+    for rank, calls in per_rank.items():
+        if first in calls:
+            sides.setdefault(calls[first].signature, ([], calls[first]))[0].append(rank)
+    ordered = sorted(sides.values(), key=lambda side: (-len(side[0]), side[0]))
+    return Desync(first, [(sorted(ranks), call) for ranks, call in ordered])
 
 
 def _lag(per_rank: dict[int, dict[int, CollectiveCall]]):

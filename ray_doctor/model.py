@@ -242,8 +242,8 @@ class CollectiveCall:
     op: str  # profiling_name, e.g. "gloo:all_reduce", "nccl:all_reduce"
     group: str  # the process group's name ("0" is the default group)
     group_desc: str  # its description, e.g. "default_pg"
-    sizes: str  # input_sizes as written, e.g. "[[4]]"
-    dtypes: str  # input_dtypes, e.g. "Float"
+    sizes: str  # input_sizes as Python prints the list, e.g. "[[4]]" (cheap, comparable)
+    dtypes: str  # input_dtypes likewise, e.g. "['Float']"
     state: str  # "scheduled", "started" or "completed" (gloo leaves "scheduled")
 
     @property
@@ -252,10 +252,22 @@ class CollectiveCall:
         return self.op, self.sizes, self.dtypes
 
     @property
+    def shown_sizes(self) -> str:
+        """As a user reads them: "[[4]]" -> "[4]", "[[4], [2, 3]]" -> "[4], [2, 3]"."""
+        if self.sizes in ("", "[]", "()"):
+            return "none"
+        return self.sizes[1:-1] if self.sizes[:2] in ("[[", "[(", "((") else self.sizes
+
+    @property
+    def shown_dtypes(self) -> str:
+        """ "['Float']" -> "Float"."""
+        return self.dtypes.strip("[]()").replace("'", "")
+
+    @property
     def describe(self) -> str:
         group = f"{self.group} ({self.group_desc})" if self.group_desc else self.group
-        dtypes = f", {self.dtypes}" if self.dtypes else ""
-        return f"#{self.seq} {self.op} on process group {group}, sizes {self.sizes}{dtypes}"
+        dtypes = f", {self.shown_dtypes}" if self.shown_dtypes else ""
+        return f"#{self.seq} {self.op} on process group {group}, sizes {self.shown_sizes}{dtypes}"
 
 
 @dataclass

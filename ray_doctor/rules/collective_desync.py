@@ -80,8 +80,16 @@ class CollectiveDesync(Rule):
 
 
 def _ranks(ranks: list[int]) -> str:
+    """ "rank 3", "ranks 0, 1", "ranks 0-36, 38-63": runs of three or more as ranges."""
     label = "rank" if len(ranks) == 1 else "ranks"
-    return f"{label} {', '.join(map(str, ranks))}"
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)) for run in runs]
+    return f"{label} {', '.join(parts)}"
 
 
 def _call(call: CollectiveCall) -> str:
@@ -100,8 +108,8 @@ def describe(answer: Attribution, logs_given: bool | None = None) -> str:
         )
     if answer.desync is not None:
         sides = "; ".join(
-            f"{_ranks(ranks)} called {call.op} with sizes {call.sizes}"
-            + (f", {call.dtypes}" if call.dtypes else "")
+            f"{_ranks(ranks)} called {call.op} with sizes {call.shown_sizes}"
+            + (f", {call.shown_dtypes}" if call.shown_dtypes else "")
             for ranks, call in answer.desync.calls
         )
         group = answer.desync.calls[0][1]

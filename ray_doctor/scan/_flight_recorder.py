@@ -154,19 +154,6 @@ def _plain(value: Any) -> bool:
     return True
 
 
-def _text(value: Any) -> str:
-    """input_sizes / input_dtypes as a user reads them: [[4]] -> "[4]", ["Float"] -> "Float"."""
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return "none"
-        parts = [
-            "[" + ", ".join(map(str, item)) + "]" if isinstance(item, (list, tuple)) else str(item)
-            for item in value
-        ]
-        return ", ".join(parts)
-    return "" if value is None else str(value)
-
-
 def _int(value: Any) -> int | None:
     try:
         return int(value)
@@ -176,25 +163,27 @@ def _int(value: Any) -> int | None:
 
 def _dump(root: dict, shown: str, name: str, fmt: str) -> RankDump:
     calls = []
+    groups: dict[Any, tuple[str, str]] = {}  # a dump names few groups: convert each once
     for entry in root["entries"]:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue  # point-to-point ops have their own sequence (p2p_seq_id)
-        seq = _int(entry.get("collective_seq_id"))
+        seq = entry.get("collective_seq_id")
+        if not isinstance(seq, int):
+            seq = _int(seq)
         if not seq:
             continue
         group = entry.get("process_group")
-        name_, desc = (
-            (group[0], group[1]) if isinstance(group, (list, tuple)) and group else ("", "")
-        )
+        key = tuple(group) if isinstance(group, (list, tuple)) else group
+        if key not in groups:
+            groups[key] = _group(group)
         calls.append(
             CollectiveCall(
-                seq=seq,
-                op=str(entry.get("profiling_name") or "unknown op"),
-                group=str(name_),
-                group_desc=str(desc),
-                sizes=_text(entry.get("input_sizes")),
-                dtypes=_text(entry.get("input_dtypes")),
-                state=str(entry.get("state") or ""),
+                seq,
+                str(entry.get("profiling_name") or "unknown op"),
+                *groups[key],
+                str(entry.get("input_sizes", "")),
+                str(entry.get("input_dtypes", "")),
+                str(entry.get("state") or ""),
             )
         )
     group_ranks: dict[str, list[int]] = {}
@@ -210,6 +199,13 @@ def _dump(root: dict, shown: str, name: str, fmt: str) -> RankDump:
     return RankDump(
         shown, dump_rank(name), fmt, calls, group_ranks, str(version) if version else None
     )
+
+
+def _group(group: Any) -> tuple[str, str]:
+    """(name, description) of an entry's process_group ["0", "default_pg"]."""
+    if isinstance(group, (list, tuple)) and len(group) >= 2:
+        return str(group[0]), str(group[1])
+    return ("", "") if group is None else (str(group), "")
 
 
 def _error_file(root: dict, shown: str, name: str) -> RankExit:
