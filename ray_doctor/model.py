@@ -252,6 +252,79 @@ class LogEvent:
         return self.text or self.source.excerpt
 
 
+@dataclass(frozen=True, slots=True)
+class CollectiveCall:
+    """One entry of a PyTorch Flight Recorder buffer: a collective one rank called."""
+
+    seq: int  # collective_seq_id, counted per process group
+    op: str  # profiling_name, e.g. "gloo:all_reduce", "nccl:all_reduce"
+    group: str  # the process group's name ("0" is the default group)
+    group_desc: str  # its description, e.g. "default_pg"
+    sizes: str  # input_sizes as Python prints the list, e.g. "[[4]]" (cheap, comparable)
+    dtypes: str  # input_dtypes likewise, e.g. "['Float']"
+    state: str  # "scheduled", "started" or "completed" (gloo leaves "scheduled")
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        """What every rank must agree on at one sequence number."""
+        return self.op, self.sizes, self.dtypes
+
+    @property
+    def shown_sizes(self) -> str:
+        """As a user reads them: "[[4]]" -> "[4]", "[[4], [2, 3]]" -> "[4], [2, 3]"."""
+        if self.sizes in ("", "[]", "()"):
+            return "none"
+        return self.sizes[1:-1] if self.sizes[:2] in ("[[", "[(", "((") else self.sizes
+
+    @property
+    def shown_dtypes(self) -> str:
+        """ "['Float']" -> "Float"."""
+        return self.dtypes.strip("[]()").replace("'", "")
+
+    @property
+    def describe(self) -> str:
+        group = f"{self.group} ({self.group_desc})" if self.group_desc else self.group
+        dtypes = f", {self.shown_dtypes}" if self.shown_dtypes else ""
+        return f"#{self.seq} {self.op} on process group {group}, sizes {self.shown_sizes}{dtypes}"
+
+
+@dataclass
+class RankDump:
+    """One rank's Flight Recorder dump (JSON, or pickle read without unpickling)."""
+
+    path: str
+    rank: int | None  # from the file name, as torch names its dumps (<prefix><rank>)
+    format: str  # "json" or "pickle"
+    calls: list[CollectiveCall] = field(default_factory=list)  # collectives, oldest first
+    group_ranks: dict[str, list[int]] = field(default_factory=dict)  # pg_config ranks
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """A rank that ended: a torchelastic error file, torchrun's ChildFailedError report, or a
+    log line saying its process died."""
+
+    rank: int | None
+    how: str  # "exception", "signal" or "exit code"
+    detail: str  # e.g. "RuntimeError: ...", "SIGKILL", "exit code 1"
+    source: Evidence
+    time: float | None = None  # when, if the evidence says (seconds since the epoch)
+    root_cause: bool = False  # torchrun's report named it the first observed failure
+
+
+@dataclass
+class CollectiveEvidence:
+    """What says which rank a collective hang or crash came from."""
+
+    dumps: list[RankDump] = field(default_factory=list)
+    exits: list[RankExit] = field(default_factory=list)
+    last_lines: dict[int, Evidence] = field(default_factory=dict)  # each rank's last log line
+
+    def __bool__(self) -> bool:
+        return bool(self.dumps or self.exits)
+
+
 @dataclass(frozen=True)
 class ScanError:
     """Something that could not be read, and why. Reported, never raised."""
@@ -279,6 +352,8 @@ class Experiment:
     logs: list[str] = field(default_factory=list)  # log files that were read
     runner: dict[str, Any] = field(default_factory=dict)  # scalar runner_data of the state
     errors: list[ScanError] = field(default_factory=list)
+    # Flight Recorder dumps, rank exits and per-rank log lines (see scan/_flight_recorder.py).
+    collectives: CollectiveEvidence = field(default_factory=CollectiveEvidence)
 
     @property
     def settled(self) -> bool:

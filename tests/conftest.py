@@ -69,6 +69,23 @@ def inspect_json(*args: str, stdin: str | None = None) -> tuple[int, dict]:
     return proc.returncode, validate(json.loads(proc.stdout))
 
 
+class _Canary:
+    """Unpickling this creates the canary file: proof that something ran a full unpickler."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def canary_pickle(canary: Path) -> bytes:
+    """A pickle that creates `canary` if anything ever unpickles it."""
+    import pickle
+
+    return pickle.dumps(_Canary(str(canary)), protocol=4)
+
+
 def findings_of(report: dict, rule: str) -> list[dict]:
     return [f for f in report["findings"] if f["rule"] == rule]
 

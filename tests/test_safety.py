@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import re
 import shutil
 from pathlib import Path
 
-from conftest import REPO, experiment_dir, findings_of, inspect_json, run_cli, tree_snapshot
+from conftest import (
+    REPO,
+    canary_pickle,
+    experiment_dir,
+    findings_of,
+    inspect_json,
+    run_cli,
+    tree_snapshot,
+)
 
 SCENARIOS = [
     "tune_healthy",
@@ -38,21 +45,11 @@ def test_inspect_leaves_every_fixture_byte_for_byte_unchanged(fixtures):
     assert tree_snapshot(fixtures) == before
 
 
-class _Canary:
-    """Unpickling this creates the canary file: proof that something ran a full unpickler."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
-
-
 def test_no_pickle_found_in_an_experiment_is_ever_loaded(fixtures, tmp_path):
     exp = tmp_path / "exp"
     shutil.copytree(experiment_dir(fixtures, "tune_trial_error"), exp)
     canary = tmp_path / "CANARY"
-    payload = pickle.dumps(_Canary(str(canary)), protocol=4)
+    payload = canary_pickle(canary)
     # Every pickle Ray leaves behind, including the ones named .json.
     (exp / "tuner.pkl").write_bytes(payload)
     for path in exp.glob("basic-variant-state-*.json"):

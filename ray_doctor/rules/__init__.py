@@ -20,6 +20,7 @@ from ray_doctor.rules.checkpoint_nonfinite import CheckpointNonfinite
 from ray_doctor.rules.checkpoint_roundtrip import CheckpointRoundtrip
 from ray_doctor.rules.checkpoint_unsafe import CheckpointUnsafe
 from ray_doctor.rules.cluster_unreachable import ClusterUnreachable
+from ray_doctor.rules.collective_desync import CollectiveDesync
 from ray_doctor.rules.collective_failed import CollectiveFailed
 from ray_doctor.rules.collective_timeout import CollectiveTimeout
 from ray_doctor.rules.config_correlated_failures import ConfigCorrelatedFailures
@@ -59,6 +60,7 @@ RULES: tuple[type[Rule], ...] = (
     CheckpointCorrupt,
     CheckpointMissing,
     StateDictMismatch,
+    CollectiveDesync,
     CollectiveTimeout,
     NcclError,
     PortConflict,

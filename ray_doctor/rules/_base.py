@@ -56,6 +56,8 @@ class Precedence:
     HANG = 4  # a collective or rendezvous timed out: some other rank or process is the cause
     CODE_OR_DATA = 5  # the program or its files are wrong (state dict, device, checkpoint, NaN)
     ENVIRONMENT = 6  # the machine or cluster: memory, disk, port, storage, modules, resources
+    # Above them: collective-desync, which names the rank that broke a collective and how it
+    # died (a kill notice of that rank included).
 
 
 class Rule(ABC):

@@ -18,8 +18,10 @@ SMOKE_EXAMPLES = "docs/rules/smoke-examples.json"
 
 
 def example_logs(example: Path) -> list[Path]:
-    """The logs a fixture keeps beside its experiment: the driver's output, session logs."""
-    return [p for p in (example / "driver.log", example / "session_logs") if p.exists()]
+    """The logs a fixture keeps beside its experiment: the driver's output, session logs,
+    Flight Recorder dumps."""
+    kept = ("driver.log", "session_logs", "fr_dumps")
+    return [example / name for name in kept if (example / name).exists()]
 
 
 def _verify_only(rule: type[Rule]) -> bool:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TextIO
 
-from ray_doctor.model import Experiment, Layout, ScanError, ScanResult
+from ray_doctor.model import CollectiveEvidence, Experiment, Layout, ScanError, ScanResult
+from ray_doctor.scan import _flight_recorder as flight_recorder
 from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._logs import (
     LogResult,
@@ -69,12 +70,33 @@ def scan(
     else:
         result = _scan_path(target, _How(workers, progress, cache))
     extra = LogResult()
+    dumps = CollectiveEvidence()
     for path in logs:
         label = f"logs {path.rstrip('/').rsplit('/', 1)[-1]}"
         extra.extend(_read_log_target(path, partial(progress, label) if progress else None))
-    if extra.files or extra.errors:
+        _read_dumps_target(path, dumps, extra)
+    if extra.files or extra.errors or dumps:
         merge_logs(result, extra)
+    if dumps:
+        flight_recorder.merge_evidence(result.experiments[0], dumps)
+    flight_recorder.attach(result.experiments)
     return result
+
+
+def _read_dumps_target(target: str, into: CollectiveEvidence, extra: LogResult) -> None:
+    """Flight Recorder dumps and torchelastic error files given with --logs (a file, or a
+    dir of them, or a logs dir that holds them)."""
+    try:
+        storage, path, entry = _open(target)
+    except ScanFailure:
+        return  # _read_log_target has reported it
+    if entry.is_dir:
+        found, errors = flight_recorder.read_evidence_dir(storage, path)
+    else:
+        found, errors = flight_recorder.read_evidence(storage, entry)
+    into.dumps += found.dumps
+    into.exits += found.exits
+    extra.errors += errors
 
 
 def _open(target: str) -> tuple[Storage, str, Entry]:
@@ -128,7 +150,27 @@ def _scan_path(target: str, how: _How) -> ScanResult:
         result.layout = Layout.LOG
         result.experiments.append(log_experiment(display, "session logs", found))
         return result
+    if any(flight_recorder.could_be_evidence(e) for e in entries):
+        evidence, errors = flight_recorder.read_evidence_dir(storage, path)
+        if evidence or errors:
+            return _evidence_result(result, display, "flight recorder dumps", evidence, errors)
     _scan_storage_path(storage, path, entries, result, how)
+    return result
+
+
+def _evidence_result(
+    result: ScanResult,
+    display: str,
+    name: str,
+    evidence: CollectiveEvidence,
+    errors: list[ScanError],
+) -> ScanResult:
+    """Dumps or error files (or files named like them that could not be read) on their own."""
+    experiment = log_experiment(display, name, LogResult())
+    experiment.collectives = evidence
+    experiment.errors += errors
+    result.layout = Layout.LOG
+    result.experiments.append(experiment)
     return result
 
 
@@ -145,6 +187,10 @@ def _scan_file(
         return _scan_path(storage.display(parent), how)
     if not entry.is_file:
         raise ScanFailure(f"{storage.display(path)}: not a regular file")
+    if flight_recorder.could_be_evidence(entry):
+        evidence, errors = flight_recorder.read_evidence(storage, entry)
+        if evidence or errors:
+            return _evidence_result(result, storage.display(path), entry.name, evidence, errors)
     found = read_logs(storage, path)
     result.layout = Layout.LOG
     result.experiments.append(log_experiment(storage.display(path), entry.name, found))

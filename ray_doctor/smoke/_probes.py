@@ -466,6 +466,19 @@ def ray_get(ref):
 # ----------------------------------------------------------------------------- collective
 
 
+def _push_flight_recorder(collector, rank: int) -> None:
+    """This rank's Flight Recorder buffer (JSON, dumped on demand) to the driver; the
+    collective stage turns Flight Recorder on (smoke/_flight_recorder.py)."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+
+        dump = _dump_fr_trace_json(includeCollectives=True)
+        text = dump.decode("utf-8", "replace") if isinstance(dump, bytes) else str(dump)
+        ray_get(collector.put.remote(f"fr:{rank}", text))
+    except Exception:
+        pass  # no Flight Recorder in this torch build: the stage reports without it
+
+
 def make_allreduce_loop(collector, elements: int, repeats: int):
     """The Train loop of the collective stage: every rank allreduces `rank + 1` and checks
     that it got 1 + 2 + ... + world_size, then times `repeats` more allreduces."""
@@ -489,7 +502,11 @@ def make_allreduce_loop(collector, elements: int, repeats: int):
         }
         collector.put.remote(f"rank:{rank}", {**entry, "stage": "joined"})
         tensor = torch.full((elements,), float(rank + 1), device=device)
-        dist.all_reduce(tensor)
+        try:
+            dist.all_reduce(tensor)
+        except Exception:
+            _push_flight_recorder(collector, rank)
+            raise
         expected = world * (world + 1) / 2
         entry["ok"] = bool(torch.all(tensor == expected))
         entry["value"] = float(tensor[0])
@@ -499,8 +516,12 @@ def make_allreduce_loop(collector, elements: int, repeats: int):
             tensor.fill_(float(rank + 1))
             _sync(str(device))
             start = time.perf_counter()
-            dist.all_reduce(tensor)
-            _sync(str(device))
+            try:
+                dist.all_reduce(tensor)
+                _sync(str(device))
+            except Exception:
+                _push_flight_recorder(collector, rank)
+                raise
             times.append(time.perf_counter() - start)
         entry["seconds"] = sorted(times)[len(times) // 2] if times else None
         size = elements * tensor.element_size()

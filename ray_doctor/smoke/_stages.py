@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ray_doctor.model import Evidence
+from ray_doctor.smoke import _flight_recorder as flight_recorder
 from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import classify, finding, gib, text_evidence
 from ray_doctor.smoke._model import CPU_ALLOCATION_CAP, SmokeOptions, StageResult, StageStatus
@@ -142,6 +143,7 @@ def _ray_init(ctx: Context):
 
     options = ctx.options
     env_vars = {"RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": str(int(ctx.budget(TRAIN_STAGE_S)))}
+    env_vars.update(flight_recorder.WORKER_ENV)  # collective stage: which rank broke it
     common = {"namespace": NAMESPACE, "log_to_driver": True, "logging_level": "WARNING"}
     if options.address:
         return ray.init(address=options.address, runtime_env={"env_vars": env_vars}, **common)
@@ -925,7 +927,8 @@ def collective_stage(ctx: Context) -> StageResult:
     seconds = time.monotonic() - started
     values = _collected(collector)
     ranks = sorted((v for k, v in values.items() if k.startswith("rank:")), key=lambda r: r["rank"])
-    return analyse_ranks(ctx, ranks, error, finished, seconds)
+    result = analyse_ranks(ctx, ranks, error, finished, seconds)
+    return flight_recorder.attribute_failure(result, values)
 
 
 def analyse_ranks(

@@ -27,6 +27,9 @@ HEADLINES = {
     "tune_config_correlated": "trial-error",
     "tune_storage_full": "disk-full",
     "train_v2_oom_rank": "oom-ray-memory-monitor",
+    "train_v2_fr_skipped_collective": "collective-desync",
+    "train_v2_fr_shape_mismatch": "collective-desync",
+    "train_v2_fr_rank_killed": "collective-desync",
 }
 HEALTHY = [
     "tune_healthy",
@@ -40,7 +43,7 @@ HEALTHY = [
 def inspect_fixture(fixtures, scenario: str) -> tuple[int, dict]:
     base = fixtures / scenario
     args = [str(base)]
-    for log in ("driver.log", "session_logs"):
+    for log in ("driver.log", "session_logs", "fr_dumps"):
         if (base / log).exists():
             args += ["--logs", str(base / log)]
     return inspect_json(*args)
