@@ -82,8 +82,6 @@ def test_train_v2_kill_names_the_rank_that_held_the_memory(fixtures):
         str(base / "ray_results" / "train_v2_oom_rank"),
         "--logs",
         str(base / "driver.log"),
-        "--logs",
-        str(base / "session_logs"),
     )
     assert code == 1
     finding = report["findings"][0]
