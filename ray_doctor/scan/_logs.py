@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
-from ray_doctor.scan._normalise import TextLine, normalise_lines
+from ray_doctor.scan._normalise import TextLine, machine_lines, normalise_lines
 from ray_doctor.scan._traceback import CHAIN_MARKERS, FRAME, is_exception_line, parse_failure
 from ray_doctor.storage import Entry, Storage, StorageError
 
@@ -69,7 +69,6 @@ CAUSE_ANCHORS = (
     "low on resource",
     "ephemeral",
     # kills, exits, crashes
-    "killed process",
     "kill",
     "sigkill",
     "signals.sig",
@@ -107,28 +106,18 @@ CAUSE_ANCHORS = (
     "rendezvous",
     "collective",
     "subset of ranks",
-    "stall",
     # ports
     "address already in use",
     "eaddrinuse",
-    "errno 98",
-    "errno: 98",
-    "errno:98",
-    "errno 48",
+    "errno",
     "10048",
     "one usage of each socket",
     "port number",
     "failed to listen",
     "failed to bind",
-    "in use",
-    "used by other",
     # disks
     "no space left",
     "enospc",
-    "errno 28",
-    "errno: 28",
-    "errno:28",
-    "errno 122",
     "disk quota",
     "disk is full",
     "outofdisk",
@@ -141,11 +130,10 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
-    "infeasible",
+    "is infeasible",
     "enough free resources",
     "not enough resou",
     "exceeds available gpus",
-    "placement group",
     "not started in the last",
     "worker group start",
     "per trial",
@@ -169,11 +157,8 @@ CAUSE_ANCHORS = (
     # distributed, devices
     "nccl",
     "gloo",
-    "process group",
-    "processgroup",
     "ibv_",
     "shared memory",
-    "/dev/shm",
     "duplicate gpu",
     "expected device",
     "same device",
@@ -209,14 +194,13 @@ CAUSE_ANCHORS = (
     # Tune's own words
     "trials did not complete",
     "errored after",
-    "retries",
     "max_failures",
 )
 # Short anchors that are parts of common words ("nan" in "finance", "inf" in "INFO"): a line
 # they alone make a candidate keeps its place only when they stand as words.
-WEAK_ANCHORS = frozenset({"nan", "inf", "oom", "crc", "kill", "died", "sync", "in use", "signal "})
+WEAK_ANCHORS = frozenset({"nan", "inf", "oom", "crc", "kill", "died", "sync", "signal "})
 WEAK_WORDS = re.compile(
-    r"\b(?:nan|inf|oom|crc|kill(?:ed|ing|s)?|died|signal \d+|in use|"
+    r"\b(?:nan|inf|oom|crc|kill(?:ed|ing|s)?|died|signal \d+|"
     r"sync(?:ing)? (?:process |command )?(?:failed|error)|failed to sync)\b"
 )
 
@@ -468,9 +452,12 @@ class _TextLogParser:
         return self.result
 
 
-def parse_text_log(lines: Iterable[str], path: str, pid: str | None = None) -> LogResult:
-    """A driver log, a worker .err/.out, or any text; error.txt content is recognised."""
-    logical = normalise_lines(lines)
+def parse_text_log(
+    lines: Iterable[str], path: str, pid: str | None = None, pasted: bool = True
+) -> LogResult:
+    """A driver log, a worker .err/.out, or any text; error.txt content is recognised.
+    `pasted=False`: a log Ray's own processes wrote, read without the paste normaliser."""
+    logical = normalise_lines(lines) if pasted else machine_lines(lines)
     head: list[TextLine] = []
     for line in logical:
         head.append(line)
@@ -545,11 +532,17 @@ def read_log_file(storage: Storage, path: str) -> LogResult:
             return parse_json_log(_decoded(storage, path), display)
         name = path.replace("\\", "/").rsplit("/", 1)[-1]
         owner = WORKER_LOG_PID.match(name)
-        return parse_text_log(_decoded(storage, path), display, owner["pid"] if owner else None)
+        pid = owner["pid"] if owner else None
+        return parse_text_log(
+            _decoded(storage, path), display, pid, pasted=not SYSTEM_LOG.match(name)
+        )
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
 
 
+# Ray's own processes write these (raylet, GCS, core worker, autoscaler): nobody pastes them,
+# so they skip the paste normaliser (a 200 MB raylet.out is read line by line).
+SYSTEM_LOG = re.compile(r"^(raylet|gcs_server|python-core-(worker|driver)-|monitor|runtime_env_)")
 # Files of a Ray session logs dir worth reading, by name.
 SESSION_LOG = re.compile(
     r"^(raylet\.(out|err)|gcs_server\.(out|err)|worker-.*\.(out|err)|"

@@ -65,6 +65,13 @@ COLLECTOR_PREFIXES = (
         r"^(?:localhost|worker-\d+|\d{1,3}(?:\.\d{1,3}){3}|[a-z][\w-]*-\d+): (?=\S|\s+File )"
     ),
 )
+# The prefixes by their first character, so a line tries only those that can match it.
+BRACKET_PREFIXES = tuple(p for p in COLLECTOR_PREFIXES if p.pattern.startswith(r"^\["))
+HOST_PREFIX = COLLECTOR_PREFIXES[-1]  # `localhost: `, `worker-1: `, `10.0.0.1: `
+DIGIT_PREFIXES = (*(p for p in COLLECTOR_PREFIXES if p.pattern.startswith(r"^\d")), HOST_PREFIX)
+LETTER_PREFIXES = tuple(
+    p for p in COLLECTOR_PREFIXES if p not in BRACKET_PREFIXES and p not in DIGIT_PREFIXES
+) + (HOST_PREFIX,)
 # torchrun / torch.distributed: `[rank3]:`, `[default3]:` (one per local rank with --tee).
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]: ?")
 JSON_TEXT_FIELDS = ("message", "msg", "log", "MESSAGE", "textPayload", "line", "text")
@@ -86,10 +93,20 @@ class TextLine:
     rank: int | None = None
 
 
-# Cheap tests that gate each regex: most lines of a big log are Ray's own records, which hold
-# no colour code, quote or fence, so the per-line cost stays a few substring checks.
-ESCAPE_HINTS = ("\x1b", "033[", "^[[", "\\x1b", "\\u001b", "\\e[", "[0m", "[39m", "[22m")
 MARKUP_STARTS = frozenset("*_`#")
+
+
+def _has_escape(line: str) -> bool:
+    """Cheap test before the colour-code regex: most lines of a big log hold none."""
+    return (
+        "\x1b" in line
+        or "033[" in line
+        or "^[[" in line
+        or "\\" in line
+        or "[0m" in line
+        or "[39m" in line
+        or "[22m" in line
+    )
 
 
 def clean(raw: str) -> tuple[str, bool, int | None]:
@@ -99,7 +116,7 @@ def clean(raw: str) -> tuple[str, bool, int | None]:
         line = line.replace("\r", "")
     if "&" in line and ";" in line:
         line = html.unescape(line)
-    if any(hint in line for hint in ESCAPE_HINTS):
+    if _has_escape(line):
         line = ANSI_CODES.sub("", line)
     if not line:
         return line, False, None
@@ -146,17 +163,31 @@ def _strip_prefix(line: str) -> tuple[str, int | None] | None:
         ranked = RANK_PREFIX.match(line)
         if ranked:
             return line[ranked.end() :], int(ranked["rank"])
-    elif not first.isalnum():
-        return None  # every collector prefix starts with a letter, a digit or "["
-    elif first.isdigit() and line[10:11] not in ("T", ":") and ": " not in line[:16]:
-        return None  # neither an ISO timestamp with a T, nor `0: `, nor `10.0.0.1: `
-    elif first.isalpha() and ": " not in line[:48]:
-        return None  # a syslog or host prefix ends with ": " early in the line
-    for pattern in COLLECTOR_PREFIXES:
+        patterns = BRACKET_PREFIXES
+    elif first.isdigit():
+        if line[10:11] not in ("T", ":") and ": " not in line[:16]:
+            return None  # neither an ISO timestamp with a T, nor `0: `, nor `10.0.0.1: `
+        patterns = DIGIT_PREFIXES
+    elif first.isalpha():
+        if ": " not in line[:48]:
+            return None  # a syslog or host prefix ends with ": " early in the line
+        patterns = LETTER_PREFIXES
+    else:
+        return None
+    for pattern in patterns:
         match = pattern.match(line)
         if match and match.end() < len(line):
             return line[match.end() :], None
     return None
+
+
+def machine_lines(lines: Iterable[str]) -> Iterator[TextLine]:
+    """Lines of a log a program wrote (Ray's own): only line ends and colour codes go."""
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if "\x1b" in line:
+            line = ANSI_CODES.sub("", line)
+        yield TextLine(lineno, line)
 
 
 def _json_texts(line: str) -> list[str] | None:
