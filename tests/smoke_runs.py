@@ -91,7 +91,8 @@ def assert_nothing_left(run: SmokeRun) -> None:
     if ray_temp_dir:
         assert not processes_naming(ray_temp_dir)
         assert not Path(ray_temp_dir).exists()
-    assert not processes_naming("ray_doctor.smoke._runner")
+    # Only this run's runner: other smoke runs (other tests, other checkouts) may be alive.
+    assert not processes_naming(str(run.tmpdir)), "a stage runner of this run is still alive"
     assert not list(run.tmpdir.glob("ray-doctor-smoke-*")), "smoke left its work dir behind"
 
 
@@ -125,8 +126,10 @@ def smoke_cpu(tmp_path_factory) -> SmokeRun:
 
 @pytest.fixture(scope="session")
 def smoke_no_gpu(tmp_path_factory) -> SmokeRun:
-    """`--gpus 1` on a machine without GPUs; it must fail fast, so the guard is 30 s."""
-    return run_smoke(tmp_path_factory.mktemp("smoke_no_gpu"), "--gpus", "1", timeout=30)
+    """`--gpus 1` on a machine without GPUs. "Fails fast" is asserted as an outcome (every
+    later stage skipped, nothing waits on a request that cannot fit), not as a wall-time
+    budget: Ray's own start alone can take half a minute on a loaded 2-core machine."""
+    return run_smoke(tmp_path_factory.mktemp("smoke_no_gpu"), "--gpus", "1")
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import pytest
 from conftest import PEAK_RSS, experiment_dir, inspect_json, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from unprivileged import as_unprivileged_user
 
 from ray_doctor.report import JsonFormatter, build_inspect_report
 from ray_doctor.rules import run_rules
@@ -130,12 +131,11 @@ def test_permission_denied_file_is_an_error_entry(fixtures):
             os.chmod(path, 0o755 if path.is_dir() else 0o644)
         error_txt = errored_trial_dir(exp) / "error.txt"
         os.chmod(error_txt, 0o000)
-        command = [sys.executable, "-m", "ray_doctor", "inspect", str(exp), "-f", "json"]
-        if os.geteuid() == 0:
-            if not shutil.which("setpriv"):
-                pytest.skip("running as root without setpriv")
-            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/")
+        with as_unprivileged_user() as (python, env):
+            command = [*python, "-m", "ray_doctor", "inspect", str(exp), "-f", "json"]
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=120, cwd="/", env=env
+            )
         assert "Traceback" not in proc.stderr, proc.stderr
         report = json.loads(proc.stdout)
         assert any(

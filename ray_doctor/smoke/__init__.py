@@ -27,7 +27,7 @@ from ray_doctor.smoke._model import (
     StageResult,
     StageStatus,
 )
-from ray_doctor.smoke._process import RunnerOutcome, run_runner
+from ray_doctor.smoke._process import RunnerOutcome, interrupts_deferred, run_runner
 from ray_doctor.smoke._relaunch import RelaunchError, plan, verdict
 from ray_doctor.smoke._stages import token_available, token_mode_warning
 
@@ -86,10 +86,18 @@ def run_smoke(
         options.ray_temp_dir = tempfile.mkdtemp(prefix="rdsmoke-", dir=RAY_TEMP_PARENT)
     try:
         outcome = run_runner(options, on_event)
-        token_mode = _needs_token_mode(options, outcome)
+        token_mode = _needs_token_mode(options, outcome) and outcome.ended != "interrupted"
         if token_mode:
             options.timeout_s = max(1.0, options.timeout_s - (time.monotonic() - started))
             outcome = run_runner(options, on_event, {"RAY_AUTH_MODE": "token"})
+    finally:
+        # From here on a Ctrl-C is noted, not raised: the clean-up and the partial report
+        # still happen, and the run ends as interrupted.
+        with interrupts_deferred() as deferred:
+            kept = _clean_up(options)
+    with interrupts_deferred() as late:
+        if deferred.seen or late.seen:
+            outcome.ended = "interrupted"
         result = assemble(options, outcome, logs or [])
         if (
             token_mode
@@ -97,8 +105,8 @@ def run_smoke(
             and result.stage("cluster").status == StageStatus.PASS
         ):
             result.stage("cluster").findings.insert(0, token_mode_warning(options.address or ""))
-    finally:
-        kept = _clean_up(options)
+    if late.seen:
+        result.ended = "interrupted"
     if kept:
         result.environment.setdefault("kept", kept)
     result.duration_s = time.monotonic() - started

@@ -16,8 +16,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,29 @@ def _stop(child: subprocess.Popen) -> None:
         child.wait()
 
 
+@dataclass
+class _DeferredInterrupt:
+    seen: bool = False
+
+    def note(self, signum, frame) -> None:
+        self.seen = True
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[_DeferredInterrupt]:
+    """Ctrl-C during clean-up is noted, not raised: stopping Ray, the sweep and the partial
+    report must still happen, and the run still ends as interrupted (exit 130)."""
+    deferred = _DeferredInterrupt()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+    previous = signal.signal(signal.SIGINT, deferred.note)
+    try:
+        yield deferred
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_runner(
     options: SmokeOptions,
     on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -149,19 +173,19 @@ def run_runner(
         while child.poll() is None:
             if time.monotonic() >= deadline:
                 outcome.ended = "timeout"
-                _stop(child)
                 break
             _drain(tail, outcome, on_event)
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         outcome.ended = "interrupted"
-        _stop(child)
     finally:
-        if child.poll() is None:
+        with interrupts_deferred() as deferred:
             _stop(child)
-        _drain(tail, outcome, on_event)
-        outcome.returncode = child.returncode
-        outcome.leftovers = sweep(options.token, options.ray_temp_dir)
+            _drain(tail, outcome, on_event)
+            outcome.returncode = child.returncode
+            outcome.leftovers = sweep(options.token, options.ray_temp_dir)
+        if deferred.seen:
+            outcome.ended = "interrupted"
     if outcome.ended == "done" and not any(
         e["type"] in ("done", "interrupted") for e in outcome.events
     ):

@@ -11,12 +11,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from ckpt_helpers import rules_of, trained_state, verify_json
 from conftest import PEAK_RSS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from unprivileged import as_unprivileged_user
 
 from ray_doctor.checkpoint import diagnose, verify
 
@@ -56,20 +56,11 @@ def test_permission_denied_file(healthy_pt):
         shutil.copytree(healthy_pt.parent, target)
         os.chmod(target, 0o755)
         os.chmod(target / "checkpoint.pt", 0o000)
-        command = [
-            sys.executable,
-            "-m",
-            "ray_doctor",
-            "verify-checkpoint",
-            str(target),
-            "-f",
-            "json",
-        ]
-        if os.geteuid() == 0:
-            if not shutil.which("setpriv"):
-                pytest.skip("running as root without setpriv")
-            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/")
+        with as_unprivileged_user() as (python, env):
+            command = [*python, "-m", "ray_doctor", "verify-checkpoint", str(target), "-f", "json"]
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=120, cwd="/", env=env
+            )
         assert "Traceback" not in proc.stderr, proc.stderr
         report = json.loads(proc.stdout)
         assert "permission denied" in report["findings"][0]["message"]

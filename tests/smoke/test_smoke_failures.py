@@ -1,15 +1,22 @@
 """Smoke's own failure modes: no GPU, no cluster, a bound on time, Ctrl-C; and its report."""
 
+import contextlib
 import json
-import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import validate
-from smoke_runs import assert_nothing_left, processes_naming, run_smoke, smoke_env
+from smoke_runs import (
+    SMOKE_TIMEOUT_S,
+    assert_nothing_left,
+    processes_naming,
+    run_smoke,
+    smoke_env,
+)
 
 
 def test_gpus_on_a_machine_without_gpus_fails_fast(smoke_no_gpu):
@@ -31,29 +38,43 @@ def test_an_unreachable_address_could_not_start(smoke_unreachable):
 
 
 def test_timeout_ends_everything_and_reports_what_finished(tmp_path):
+    # A full CPU smoke needs Tune and Train after Ray starts: 14 s is never enough, however
+    # fast or slow the machine. How far it got depends on the machine's load, so the test
+    # asserts the shape of a cut-off run, not which stage the cut fell in.
     run = run_smoke(tmp_path, "--timeout", "14")
     assert run.returncode == 2
-    assert run.seconds < 14 + 25, "the run is stopped at --timeout, with a grace to clean up"
-    assert run.stage("cluster")["status"] == "pass"
-    # What was running when time ran out is an error; what never started is skipped.
-    later = {s["name"]: s["status"] for s in run.report["stages"][1:]}
-    assert set(later.values()) <= {"error", "skip"}, later
-    assert later["device"] == "error" or later["collective"] == "error", later
     assert any("--timeout 14" in e["reason"] for e in run.report["errors"])
+    statuses = [s["status"] for s in run.report["stages"]]
+    assert "error" in statuses, "the stage running when time ran out is an error"
+    cut = statuses.index("error")
+    assert set(statuses[:cut]) <= {"pass", "warn", "fail"}, statuses  # what finished, as it was
+    assert set(statuses[cut:]) <= {"error", "skip"}, statuses  # the rest: cut off or not started
+    assert statuses[-1] in ("error", "skip"), "the full smoke cannot finish in 14 s"
     assert_nothing_left(run)
 
 
-def _smoke_ray_dirs() -> set[str]:
-    """Private Ray temp dirs (/tmp/rdsmoke-*) named by live raylet / gcs_server processes."""
-    found = set()
-    for line in processes_naming("rdsmoke-"):
-        if "raylet" in line or "gcs_server" in line:
-            found.update(re.findall(r"/tmp/rdsmoke-\w+", line))
+def _events(tmp_path: Path) -> list[dict]:
+    """The smoke child's progress lines so far (its events file in the run's work dir)."""
+    found = []
+    for path in tmp_path.glob("ray-doctor-smoke-*/events.jsonl"):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(line))
     return found
 
 
-def test_ctrl_c_stops_ray_and_leaves_the_partial_report(tmp_path):
-    already = _smoke_ray_dirs()
+# Each moment is a predicate on the progress lines: the signal goes as soon as it holds.
+CTRL_C_MOMENTS = {
+    "ray-start": lambda events: any(e.get("stage") == "cluster" for e in events),
+    "stage": lambda events: any(
+        e["type"] == "start" and e.get("stage") == "device" for e in events
+    ),
+    "clean-up": lambda events: any(e["type"] == "done" for e in events),
+}
+
+
+@pytest.mark.parametrize("moment", list(CTRL_C_MOMENTS))
+def test_ctrl_c_stops_ray_and_leaves_the_partial_report(tmp_path, moment):
     child = subprocess.Popen(
         [sys.executable, "-m", "ray_doctor", "smoke", "--format", "json"],
         stdout=subprocess.PIPE,
@@ -62,20 +83,20 @@ def test_ctrl_c_stops_ray_and_leaves_the_partial_report(tmp_path):
         env=smoke_env(tmp_path),
         cwd=tmp_path,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not _smoke_ray_dirs() - already:
-        time.sleep(0.2)
-    ray_dirs = _smoke_ray_dirs() - already
-    assert ray_dirs, "smoke should have started Ray by now"
-    time.sleep(2)  # let it get into a stage
+    reached = CTRL_C_MOMENTS[moment]
+    while child.poll() is None and not reached(_events(tmp_path)):
+        time.sleep(0.05)
+    assert child.poll() is None, f"smoke ended before the {moment} moment"
+    (work_dir,) = tmp_path.glob("ray-doctor-smoke-*")
+    ray_temp_dir = json.loads((work_dir / "options.json").read_text())["ray_temp_dir"]
     child.send_signal(signal.SIGINT)
-    out, err = child.communicate(timeout=60)
-    assert child.returncode == 130
+    out, err = child.communicate(timeout=SMOKE_TIMEOUT_S)
+    assert child.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     report = validate(json.loads(out))
     assert any(e["reason"] == "the run was interrupted" for e in report["errors"])
-    assert any(s["status"] in ("error", "skip") for s in report["stages"])
-    for ray_dir in ray_dirs:
-        assert not processes_naming(ray_dir)
-        assert not Path(ray_dir).exists()
-    assert not list(tmp_path.glob("ray-doctor-smoke-*"))
+    if moment != "clean-up":  # after the last stage, every stage has its own result
+        assert any(s["status"] in ("error", "skip") for s in report["stages"])
+    for leftover in (ray_temp_dir, work_dir):
+        assert not processes_naming(str(leftover)), f"a process of the run outlived it ({moment})"
+        assert not Path(leftover).exists()
