@@ -325,6 +325,8 @@ class _WatchView:
             )
         if current.ended:
             sys.stderr.write(f"ray-doctor: {stamp} the experiment ended\n")
+        if current.stopped:
+            sys.stderr.write(f"ray-doctor: {stamp} {current.stopped}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -354,6 +356,8 @@ def _inspect_watch(
         last = None
     finally:
         view.close()
+    if last is not None and last.stopped and view._live is not None:
+        sys.stderr.write(f"ray-doctor: {last.stopped}\n")
     if last is None or last.report is None:
         reason = last.waiting if last is not None else "interrupted before the first pass"
         _emit_could_not_run(
