@@ -36,6 +36,9 @@ MAX_ERROR_LINES_PER_FILE = 500  # plain ERROR records: enough to see them, not t
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
 MAX_LINE_TEXT = 2000
+# ray-doctor's own callbacks print their verdict into the driver's output with this prefix; a
+# log reader skips those lines, so a diagnosis never quotes an earlier one as its evidence.
+OWN_LINE_PREFIX = "ray-doctor: "
 
 
 # Words of every cause a rule knows (memory, kills, crashes, ports, disks, storage, modules,
@@ -169,6 +172,8 @@ class _TextLogParser:
         if prefix:
             pid = prefix["pid"]
             line = line[prefix.end() :]
+        if line.startswith(OWN_LINE_PREFIX):
+            return
         if self.block is not None and self._continues(lineno, line):
             if text_line.rank is not None:
                 self.ranks_seen.add(text_line.rank)
