@@ -6,8 +6,8 @@
 
 When a trial errors (for good: a failure Tune retries is not an error yet), the callback reads
 that trial's dir and prints what `ray-doctor inspect` would say about it; when the experiment
-ends, it reads the whole experiment and prints the grouped verdict, and writes the JSON report
-when asked. It reads what the driver has staged locally over what is already on the
+ends, it reads the whole experiment (and the exception stopping `Tuner.fit()`, if one is) and
+prints the grouped verdict, and writes the JSON report when asked. It reads what the driver has staged locally over what is already on the
 storage_path (`OverlayStorage`), so the files Ray has just written count before they are
 uploaded; it writes nothing into the experiment.
 
@@ -18,12 +18,16 @@ Importing this module does not import Ray: the class is built on first use, with
 from __future__ import annotations
 
 import os
+import sys
+import traceback
 from typing import Any, TextIO
 
 from ray_doctor.integrations._verdict import Verdict, inspect_command
 from ray_doctor.model import ScanResult
 from ray_doctor.rules import INSPECT_RULES, LIVE_RULES, run_rules
 from ray_doctor.scan import ScanCache, scan_storage
+from ray_doctor.scan._logs import LogResult, parse_text_log
+from ray_doctor.scan._merge import merge_logs
 from ray_doctor.storage import LocalStorage, Storage, storage_for_filesystem
 from ray_doctor.storage._overlay import OverlayStorage
 
@@ -69,15 +73,21 @@ class _TuneDiagnosis:
             findings = [f for f in run_rules(result, LIVE_RULES) if _about(f, trial.trial_id)]
             title = f"{trial.storage.experiment_dir_name}: trial {trial.trial_id} failed"
             # The report file waits for the experiment's end; say where the whole story is.
-            more = self.verdict.report_path or inspect_command(storage.display(path))
-            self.verdict.say(self.verdict.lines(title, findings, os.fspath(more)))
+            if self.verdict.report_path is not None:
+                more = f"{os.fspath(self.verdict.report_path)} (when the experiment ends)"
+            else:
+                more = inspect_command(storage.display(path))
+            self.verdict.say(self.verdict.lines(title, findings, more))
 
     def on_experiment_end(self, trials: list, **info) -> None:
         if not trials:
             return
+        ending = sys.exc_info()[1]  # Tune calls this while handling what stops the run
         with self.verdict.guarded("diagnosis of the experiment"):
             storage, path = _experiment_storage(trials[0], None)
             result = scan_storage(storage, path, cache=self.cache)
+            if ending is not None:
+                merge_logs(result, _exception_log(ending, storage.display(path)))
             findings = run_rules(result, INSPECT_RULES)
             self._finish(result, findings, storage.display(path))
 
@@ -86,6 +96,13 @@ class _TuneDiagnosis:
         name = result.experiments[0].name if result.experiments else shown_path
         lines = self.verdict.lines(name, findings, written or inspect_command(shown_path))
         self.verdict.say(lines)
+
+
+def _exception_log(error: BaseException, experiment: str) -> LogResult:
+    """The exception stopping `Tuner.fit()` (e.g. Ray 2.60's driver error when the memory
+    monitor kills a trial's actor), read as the driver's log would show it."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return parse_text_log(text.splitlines(), f"{experiment} (the exception that stopped Tune)")
 
 
 def _about(finding, trial_id: str) -> bool:

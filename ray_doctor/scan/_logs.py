@@ -347,15 +347,20 @@ def _decoded(storage: Storage, path: str) -> Iterator[str]:
 
 
 def read_log_file(storage: Storage, path: str) -> LogResult:
-    display = storage.display(path)
     try:
-        if path.endswith(".log") and "/train/" in path.replace("\\", "/"):
-            return parse_json_log(_decoded(storage, path), display)
-        name = path.replace("\\", "/").rsplit("/", 1)[-1]
-        owner = WORKER_LOG_PID.match(name)
-        return parse_text_log(_decoded(storage, path), display, owner["pid"] if owner else None)
+        return parse_log(_decoded(storage, path), path, storage.display(path))
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
+
+
+def parse_log(lines: Iterable[str], path: str, display: str) -> LogResult:
+    """A session log by its path: Train V2's JSON records under train/, else text (a worker
+    log's pid taken from its name)."""
+    path = path.replace("\\", "/")
+    if path.endswith(".log") and "/train/" in path:
+        return parse_json_log(lines, display)
+    owner = WORKER_LOG_PID.match(path.rsplit("/", 1)[-1])
+    return parse_text_log(lines, display, owner["pid"] if owner else None)
 
 
 # Files of a Ray session logs dir worth reading, by name.
