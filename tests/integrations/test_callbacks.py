@@ -95,11 +95,11 @@ def test_failing_sweep_report_is_the_inspect_contract(callback_runs):
     report = validate(json.loads((out / "failing-report.json").read_text()))
     rules = {f["rule"] for f in report["findings"]}
     assert {"trial-error", "oom-ray-memory-monitor"} <= rules
-    # What the callback saw as the run ended is what `inspect` finds afterwards.
+    # The storage alone cannot say why the driver stopped; the callback saw the exception
+    # that stopped it.
     _, offline = inspect_json(str(out / "failing"))
-    assert {f["rule"] for f in offline["findings"] if f["severity"] == "error"} == {
-        f["rule"] for f in report["findings"] if f["severity"] == "error"
-    }
+    offline_rules = {f["rule"] for f in offline["findings"]}
+    assert "trial-error" in offline_rules and "oom-ray-memory-monitor" not in offline_rules
 
 
 def test_healthy_sweep_prints_nothing(callback_runs):
