@@ -132,7 +132,8 @@ def _first_line(exc: BaseException) -> str:
 
 def _pick_job(client, base: str, wanted: str | None) -> Job:
     try:
-        jobs = [_job(details) for details in client.list_jobs()]
+        listed = sorted(client.list_jobs(), key=lambda details: details.start_time or 0)
+        jobs = [_job(details) for details in listed]
     except Exception as exc:
         raise LiveFailure(f"cannot list the jobs of {base}: {_first_line(exc)}") from None
     jobs = [j for j in jobs if j.submission_id]  # drivers started by hand have no job logs
@@ -141,7 +142,7 @@ def _pick_job(client, base: str, wanted: str | None) -> Job:
             if wanted in (job.submission_id, job.job_id):
                 return job
         raise LiveFailure(f"no job {wanted!r} on {base} ({_known(jobs)})")
-    failed = [j for j in jobs if j.status == "FAILED"]
+    failed = [j for j in jobs if j.status == "FAILED"]  # oldest first
     if not failed:
         raise LiveFailure(f"no failed job on {base}: name one with --job ({_known(jobs)})")
     return failed[-1]
