@@ -70,6 +70,13 @@ class ArrowStorage(Storage):
         scheme = uri.partition("://")[0]
         return cls(filesystem, scheme, uri, path), path.rstrip("/") or path
 
+    @classmethod
+    def from_filesystem(cls, filesystem, path: str) -> ArrowStorage:
+        """A pyarrow filesystem Ray already holds (a run's own storage filesystem, which may be
+        a custom one that no URI names); reports show `<type>://path`."""
+        scheme = {"gcs": "gs"}.get(filesystem.type_name, filesystem.type_name)
+        return cls(filesystem, scheme, f"{scheme}://{path.lstrip('/')}", path)
+
     def display(self, path: str) -> str:
         if path.startswith(self._base_path):
             return self._base_uri + path[len(self._base_path) :]
