@@ -10,8 +10,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
+
+from ray_doctor._literals import may_match
 
 
 class Layout(str, Enum):
@@ -99,10 +101,18 @@ class Failure:
     # consecutive lines starts: blocks are capped to their head and tail, so there can be two.
     line_map: list[tuple[int, int]] = field(default_factory=list)
 
-    @cached_property
+    # `_joined`'s cache: a field set in __init__, so every Failure's attribute dict has the
+    # same keys from the start (a key added later, as cached_property does, grew each dict).
+    _joined_text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
     def _joined(self) -> str:
-        """The block's lines joined by newlines (the lines `lines()` yields)."""
-        return "\n".join(self.text.splitlines())
+        """The block's lines joined by newlines (the lines `lines()` yields): `text` itself,
+        not a copy, when splitting and joining gives it back (the scan joins with newlines)."""
+        if self._joined_text is None:
+            joined = "\n".join(self.text.splitlines())
+            self._joined_text = self.text if joined == self.text else joined
+        return self._joined_text
 
     @property
     def summary(self) -> str:
@@ -124,7 +134,10 @@ class Failure:
         # One search of the whole block first: most signatures are absent, and a failing
         # sweep asks every failure about every signature (a line-by-line walk each time cost
         # 17 s on 5,000 failed trials). In MULTILINE mode a match within a line is also a
-        # match in the block, so a miss here is a miss on every line.
+        # match in the block, so a miss here is a miss on every line. Before that, a literal
+        # the pattern cannot match without (`_literals.needles`) is looked for with `in`.
+        if not may_match(pattern, self._joined):
+            return None
         if not _per_line(pattern).search(self._joined):
             return None
         path = self.source.path if self.source else ""
