@@ -53,7 +53,7 @@ def one_line(text: str, limit: int = MAX_EXCERPT) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """A pointer into the inspected data: which file, which line, what it said (one line)."""
 
@@ -66,7 +66,7 @@ class Evidence:
             object.__setattr__(self, "excerpt", one_line(self.excerpt))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Frame:
     """One traceback frame."""
 
@@ -82,7 +82,7 @@ def _per_line(pattern: re.Pattern[str]) -> re.Pattern[str]:
     return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
 
 
-@dataclass
+@dataclass(slots=True)
 class Failure:
     """One failure: a `Failure # N` block of error.txt, or a traceback found in a log."""
 
@@ -148,7 +148,7 @@ class Failure:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Restart:
     """A point in result.json where a trial started over (iterations_since_restore back to 1)."""
 
@@ -163,7 +163,7 @@ class Restart:
         return max(0, self.from_iteration - self.to_iteration + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NonFinite:
     """A reported metric that became NaN or +/-Infinity."""
 
@@ -174,7 +174,7 @@ class NonFinite:
     rows: int  # rows (of the ones examined) where this metric was non-finite
 
 
-@dataclass
+@dataclass(slots=True)
 class History:
     """What a trial's result.json (or progress.csv) says, summarised in one streaming pass."""
 
@@ -198,7 +198,7 @@ class History:
     truncated_tail: bool = False  # the last line was cut off mid-write
 
 
-@dataclass
+@dataclass(slots=True)
 class Checkpoint:
     """A checkpoint dir on storage, or one the experiment's records name."""
 
@@ -210,7 +210,7 @@ class Checkpoint:
     metrics: dict[str, Any] = field(default_factory=dict)  # Train V2 snapshot metrics
 
 
-@dataclass
+@dataclass(slots=True)
 class Trial:
     trial_id: str
     name: str  # the trial dir name, or the trial id when it never got a dir
@@ -250,7 +250,7 @@ class Trial:
         return existing[-1] if existing else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogEvent:
     """A notable line in a log: an error line, a Tune status line, a kill notice."""
 

@@ -2,27 +2,31 @@
 
 from __future__ import annotations
 
-import gc
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-import ray_doctor.rules  # noqa: F401 - imports every rule and its patterns
 from ray_doctor._literals import may_match, needles
 from ray_doctor.model import Failure
+from ray_doctor.rules import INSPECT_RULES
 from ray_doctor.rules._signature import Signature
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _patterns() -> list[re.Pattern[str]]:
-    """Every signature's pattern, and every pattern a rule module holds."""
-    found = {o.pattern for o in gc.get_objects() if isinstance(o, Signature)}
-    for name, module in sys.modules.items():
-        if name.startswith("ray_doctor.rules"):
-            found |= {v for v in vars(module).values() if isinstance(v, re.Pattern)}
+    """Every signature's pattern, and every pattern or signature table a rule module holds."""
+    found = {sig.pattern for rule in INSPECT_RULES for sig in getattr(rule, "wordings", tuple)()}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("ray_doctor.rules"):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, re.Pattern):
+                found.add(value)
+            elif isinstance(value, tuple):
+                found |= {v.pattern for v in value if isinstance(v, Signature)}
     return sorted((p for p in found if isinstance(p.pattern, str)), key=lambda p: p.pattern)
 
 
