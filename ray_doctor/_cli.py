@@ -296,6 +296,10 @@ def inspect(
         )
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
+    if result.interrupted:  # Ctrl-C: the partial report, then the conventional 130
+        _emit(formatter, report, output)
+        typer.echo("ray-doctor: interrupted; the report covers what was read", err=True)
+        raise typer.Exit(130)
     _finish(formatter, report, output, quiet)
 
 
