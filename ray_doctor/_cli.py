@@ -299,7 +299,9 @@ def inspect(
     if result.interrupted:  # Ctrl-C: the partial report, then the conventional 130
         _emit(formatter, report, output)
         typer.echo("ray-doctor: interrupted; the report covers what was read", err=True)
-        raise typer.Exit(130)
+        sys.stdout.flush()
+        # Not sys.exit: that would wait for reads still in flight (a slow object store).
+        os._exit(130)
     _finish(formatter, report, output, quiet)
 
 
