@@ -34,6 +34,17 @@ class SmokeRun:
     seconds: float
     tmpdir: Path
 
+    def __repr__(self) -> str:
+        # What a failed assertion should show: how the run ended, not its whole report.
+        stages = [
+            f"{s['name']}={s['status']}: {s.get('message', '')[:200]}"
+            for s in self.report["stages"]
+        ]
+        return (
+            f"SmokeRun(returncode={self.returncode}, seconds={self.seconds:.0f}, "
+            f"errors={self.report.get('errors')}, stages={stages}, tmpdir={self.tmpdir})"
+        )
+
     def stage(self, name: str) -> dict:
         (stage,) = [s for s in self.report["stages"] if s["name"] == name]
         return stage
