@@ -155,7 +155,9 @@ def assemble(options: SmokeOptions, outcome: RunnerOutcome, logs: list[str]) -> 
         elif kind == "ray":
             result.ray_version = event.get("version")
         elif kind == "environment":
-            result.environment = event["environment"]
+            result.environment.update(event["environment"])
+        elif kind == "api":  # which Ray API path the stages took (smoke/_compat.py)
+            result.environment["ray_api"] = event["api"]
         elif kind == "relaunch":
             facts = event["facts"]
     if facts is not None and options.relaunch is not None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray_doctor.smoke._compat import detect, pieces_for
 from ray_doctor.smoke._model import SmokeOptions, StageResult, StageStatus
 
 EVENTS = "events.jsonl"
@@ -105,6 +106,10 @@ def run(options: SmokeOptions, events: Events) -> None:
         if name in selected or (name == "device" and "checkpoint" in selected):
             events.emit("start", stage=name)
     _stages.import_ray_libraries(options)
+    pieces = pieces_for(selected)
+    if pieces:
+        ctx.api = detect(pieces)
+        events.emit("api", api=ctx.api.to_json())
     probes = None
     if {"port", "environment"} & selected:
         probes = _stages.start_node_probes(ctx)

@@ -19,9 +19,11 @@ from urllib.parse import urlparse
 from ray_doctor.model import Evidence
 from ray_doctor.smoke import _flight_recorder as flight_recorder
 from ray_doctor.smoke import _probes
+from ray_doctor.smoke._compat import RayApi, missing_ray_name
 from ray_doctor.smoke._findings import classify, finding, gib, text_evidence
 from ray_doctor.smoke._model import CPU_ALLOCATION_CAP, SmokeOptions, StageResult, StageStatus
 from ray_doctor.smoke._resources import Bundle, NodeResources, describe, place, shortfall, total
+from ray_doctor.smoke._scheduling import Unscheduled, run_watched
 from ray_doctor.storage import shown_target
 
 NAMESPACE = "ray-doctor-smoke"
@@ -47,6 +49,7 @@ class Context:
     storage_error: str | None = None  # why options.storage_path cannot be written
     nodes: list[NodeResources] = field(default_factory=list)
     started: bool = False  # smoke started this Ray instance (and shuts it down)
+    api: RayApi | None = None  # the Ray API path the stages take (_compat.detect)
 
     def budget(self, default: float) -> float:
         return max(1.0, min(default, self.deadline - time.monotonic() - GRACE_S))
@@ -74,6 +77,40 @@ def bounded(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any, BaseExcep
     thread.start()
     thread.join(seconds)
     return not thread.is_alive(), box.get("value"), box.get("error")
+
+
+def _api(ctx: Context) -> RayApi:
+    if ctx.api is None:
+        from ray_doctor.smoke._compat import detect
+
+        ctx.api = detect()
+    return ctx.api
+
+
+def _watched(ctx: Context, stage: str, fn: Callable[[], Any], seconds: float):
+    """`fn()` (a Tune or Train run) bounded in time, and given up as soon as its placement
+    group turns out never to be scheduled (smoke/_scheduling.py)."""
+    return run_watched(fn, seconds, requests(ctx.options)[stage], ctx.nodes, RESOURCE_WAIT_S)
+
+
+def api_missing(stage: str, text: str, seconds: float) -> StageResult:
+    """Ray refused a name ray-doctor used: a limitation of ray-doctor on this Ray version,
+    not a finding about the user's cluster (stage error, exit 2)."""
+    name = missing_ray_name(text)
+    import ray
+
+    message = (
+        f"ray-doctor could not run this stage on Ray {ray.__version__}: it used {name}, which "
+        "this Ray does not have (a ray-doctor limitation, not a problem of this cluster)."
+    )
+    return StageResult(
+        stage,
+        StageStatus.ERROR,
+        duration_s=seconds,
+        message=message,
+        evidence=[text_evidence("smoke trial", text)],
+        details={"missing_api": name},
+    )
 
 
 def import_ray_libraries(options: SmokeOptions) -> None:
@@ -190,19 +227,29 @@ def requests(options: SmokeOptions) -> dict[str, list[Bundle]]:
 
 
 def _describe_request(stage: str, bundles: list[Bundle]) -> str:
-    if stage == "collective":
+    if stage == "collective" and all(b == bundles[0] for b in bundles):
         return f"{len(bundles)} Train workers x {describe(bundles[0])}"
     if len(bundles) == 1:
         return f"one {stage} trial with {describe(bundles[0])}"
-    return f"{stage} bundles {bundles}"
+    return f"{stage} bundles " + " + ".join(f"[{describe(b)}]" for b in bundles)
 
 
-def _insufficient(ctx: Context, stage: str, bundles: list[Bundle], busy: bool) -> StageResult:
+def _insufficient(
+    ctx: Context,
+    stage: str,
+    bundles: list[Bundle],
+    busy_s: float | None,
+    result_name: str = "cluster",
+    needs: str = "needs",
+) -> StageResult:
+    """`busy_s`: how long resources the cluster has stayed in use by other work (None: the
+    cluster lacks them); `needs`: the verb phrase before the request."""
+    busy = busy_s is not None
     cluster = total([n.total for n in ctx.nodes])
     lacking = shortfall(total(bundles), cluster)
     request = _describe_request(stage, bundles)
     if busy:
-        why = f"the cluster has them, but they stayed in use by other work for {RESOURCE_WAIT_S:.0f} s"
+        why = f"the cluster has them, but they stayed in use by other work for {busy_s:.0f} s"
     elif lacking:
         why = "the cluster has " + ", ".join(
             f"{have:g} {name}{'s' if name in ('CPU', 'GPU') and have != 1 else ''}"
@@ -212,7 +259,7 @@ def _insufficient(ctx: Context, stage: str, bundles: list[Bundle], busy: bool) -
     else:
         why = "no single node is big enough for one of them (a worker cannot span nodes)"
     nodes = "; ".join(n.describe() for n in ctx.nodes)
-    message = f"The {stage} stage needs {request}, but {why}; nodes: {nodes}."
+    message = f"The {stage} stage {needs} {request}, but {why}; nodes: {nodes}."
     if "GPU" in lacking:
         fix = (
             "Run where the GPUs are: Ray counts a node's GPUs when it starts (check `nvidia-smi` "
@@ -231,12 +278,29 @@ def _insufficient(ctx: Context, stage: str, bundles: list[Bundle], busy: bool) -
         Evidence(f"node {n.ip}", None, f"{n.hostname}: {describe(n.total)}") for n in ctx.nodes
     ]
     return StageResult(
-        "cluster",
+        result_name,
         StageStatus.FAIL,
         message=message,
         evidence=evidence,
         findings=[finding("resources-insufficient", message, fix, evidence)],
     )
+
+
+def never_scheduled(ctx: Context, stage: str, unscheduled: Unscheduled) -> StageResult:
+    """The stage's Ray run never started: its placement group cannot be (or was not)
+    placed. Smoke's own request, not the user's network or code, is what failed."""
+    busy_s = None if unscheduled.infeasible else unscheduled.seconds
+    result = _insufficient(
+        ctx,
+        stage,
+        unscheduled.bundles,
+        busy_s,
+        result_name=stage,
+        needs="was never scheduled: Ray was asked for",
+    )
+    result.details = {"never_scheduled": True, "bundles": unscheduled.bundles}
+    result.duration_s = unscheduled.seconds
+    return result
 
 
 def _wait_until_free(ctx: Context, bundles: list[Bundle]) -> bool:
@@ -298,9 +362,9 @@ def connect(ctx: Context) -> StageResult:
     for stage, bundles in requests(ctx.options).items():
         details["requests"][stage] = bundles
         if place(bundles, ctx.nodes):
-            return _with(_insufficient(ctx, stage, bundles, busy=False), details)
+            return _with(_insufficient(ctx, stage, bundles, None), details)
         if not _wait_until_free(ctx, bundles):
-            return _with(_insufficient(ctx, stage, bundles, busy=True), details)
+            return _with(_insufficient(ctx, stage, bundles, RESOURCE_WAIT_S), details)
     cluster = total([n.total for n in ctx.nodes])
     asked = "; ".join(_describe_request(s, b) for s, b in requests(ctx.options).items())
     message = (
@@ -518,6 +582,8 @@ def environment_stage(
             f"torch {torch.get('version')} (CUDA {torch.get('cuda') or 'none'}"
             f"{', NCCL ' + str(torch['nccl']) if torch.get('nccl') else ''}), Python {node.get('python')}"
         )
+    if ctx.api is not None:
+        lines.append(ctx.api.describe())
     status = StageStatus.FAIL if failed else StageStatus.PASS
     seconds = max((p.get("fingerprint_seconds", 0.0) for p in probes), default=0.0)
     result = StageResult(
@@ -570,24 +636,33 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
     from ray import tune
 
     options = ctx.options
+    api = _api(ctx)
+    RunConfig, FailureConfig = api.tune_configs()
     collector = _collector()
     trainable = _probes.make_smoke_trial(
-        collector, options.gpus, options.memory_fraction, CPU_ALLOCATION_CAP
+        collector, options.gpus, options.memory_fraction, CPU_ALLOCATION_CAP, api.tune_module
     )
     resources = {"cpu": options.cpus_per_worker, "gpu": options.gpus}
     budget = ctx.budget(TUNE_STAGE_S)
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(num_samples=1, time_budget_s=budget),
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=ctx.run_name,
             storage_path=ctx.storage,
             verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
+            failure_config=FailureConfig(max_failures=0),
         ),
     )
     started = time.monotonic()
-    finished, results, error = bounded(tuner.fit, budget)
+    run = _watched(ctx, "device", tuner.fit, budget)
+    if run.unscheduled is not None:
+        never = never_scheduled(ctx, "device", run.unscheduled)
+        skipped = StageResult(
+            "checkpoint", StageStatus.SKIP, message="Not run: the smoke trial was never scheduled."
+        )
+        return never, skipped
+    finished, results, error = run.finished, run.value, run.error
     seconds = time.monotonic() - started
     values = _collected(collector)
     trial_error = None
@@ -633,6 +708,8 @@ def _trial_failed(stage: str, run: dict[str, Any], fallback: str) -> StageResult
     if run["out_of_time"] and not run["trial_error"]:
         return _out_of_time(stage, run)
     text = run["trial_error"] or "the trial ended without reporting"
+    if missing_ray_name(text):
+        return api_missing(stage, text, run["seconds"])
     rule_id, line = classify(text, TRIAL_ERRORS, fallback)
     evidence = [text_evidence("smoke trial", line or text)]
     message = f"The smoke trial failed before the {stage} check: {line}"
@@ -900,8 +977,9 @@ def _trainer(ctx: Context, loop):
         "use_gpu": bool(options.gpus),
         "resources_per_worker": per_worker,
     }
-    if os.environ.get("RAY_TRAIN_V2_ENABLED", "1") == "0":
-        scaling["trainer_resources"] = {"CPU": 0}  # Train V1's trainer actor, not a worker
+    trainer_resources = _api(ctx).trainer_resources()
+    if trainer_resources is not None:
+        scaling["trainer_resources"] = trainer_resources
     return TorchTrainer(
         loop,
         scaling_config=ScalingConfig(**scaling),
@@ -917,13 +995,17 @@ def _trainer(ctx: Context, loop):
 
 
 def collective_stage(ctx: Context) -> StageResult:
+    _api(ctx).require("train")
     collector = _collector()
     trainer = _trainer(
         ctx, _probes.make_allreduce_loop(collector, ALLREDUCE_ELEMENTS, ALLREDUCE_REPEATS)
     )
     budget = ctx.budget(TRAIN_STAGE_S)
     started = time.monotonic()
-    finished, _, error = bounded(trainer.fit, budget)
+    run = _watched(ctx, "collective", trainer.fit, budget)
+    if run.unscheduled is not None:
+        return never_scheduled(ctx, "collective", run.unscheduled)
+    finished, error = run.finished, run.error
     seconds = time.monotonic() - started
     values = _collected(collector)
     ranks = sorted((v for k, v in values.items() if k.startswith("rank:")), key=lambda r: r["rank"])
@@ -995,6 +1077,8 @@ def _collective_failure(ctx, error, finished, ranks, done, seconds, details) -> 
     missing = sorted(set(range(world)) - {r["rank"] for r in done})
     if error is not None:
         text = _probes.error_text(error)
+        if missing_ray_name(text):
+            return api_missing("collective", text, seconds)
         rule_id, line = classify(text, TRAIN_ERRORS_TABLES, "collective-failed")
         message = f"The Train run failed before every rank finished the allreduce (ranks {missing} did not): {line}"
         evidence = [text_evidence("TorchTrainer.fit()", line or text)]
@@ -1084,6 +1168,7 @@ def relaunch_run(ctx: Context) -> dict[str, Any]:
     except Exception as exc:
         facts["import_error"] = _probes.error_text(exc)
         return facts
+    RunConfig, FailureConfig = _api(ctx).tune_configs()
     collector = _collector()
     name = f"{ctx.run_name}-relaunch"
     tuner = tune.Tuner(
@@ -1093,11 +1178,11 @@ def relaunch_run(ctx: Context) -> dict[str, Any]:
         ),
         param_space=plan.config,
         tune_config=tune.TuneConfig(num_samples=1),
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=name,
             storage_path=ctx.storage,
             stop={"training_iteration": plan.iterations},
-            failure_config=tune.FailureConfig(max_failures=0),
+            failure_config=FailureConfig(max_failures=0),
             verbose=1,
         ),
     )

@@ -11,6 +11,8 @@ from conftest import experiment_dir, run_cli, validate
 from ray_doctor.smoke import SmokeFailure, SmokeOptions, plan_relaunch
 from ray_doctor.smoke._resources import NodeResources, place
 
+pytestmark = pytest.mark.ray_compat  # no Ray: cheap everywhere, and imports smoke on each Ray
+
 
 def _node(name: str, **resources: float) -> NodeResources:
     return NodeResources(name, f"10.0.0.{len(name)}", name, resources)
