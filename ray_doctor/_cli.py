@@ -200,13 +200,14 @@ def _emit_could_not_run(
 @app.command()
 def inspect(
     path: Annotated[
-        str,
+        Optional[str],  # noqa: UP045 - typer needs Optional on older Pythons
         typer.Argument(
             help="An experiment dir, a storage_path, a Train V2 run dir, a trial dir, a log "
-            "file, '-' for stdin, or a URI (s3://, gs://, file://, ...).",
+            "file, '-' for stdin, or a URI (s3://, gs://, file://, ...). With --address: the "
+            "job's experiment, when its output does not name it.",
             show_default=False,
         ),
-    ],
+    ] = None,
     logs: Annotated[
         Optional[list[str]],  # noqa: UP045 - typer needs Optional on older Pythons
         typer.Option(
@@ -244,6 +245,26 @@ def inspect(
     interval: Annotated[
         float, typer.Option("--interval", min=0.1, help="Seconds between --watch passes.")
     ] = 2.0,
+    address: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--address",
+            help="A live cluster's dashboard (http://HEAD:8265): read a Ray Job's driver log "
+            "and every node's session logs, and the experiment the job's output names.",
+        ),
+    ] = None,
+    job: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--job",
+            help="With --address: the job's submission id.",
+            show_default="the most recent failed job",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=1, help="With --address: seconds for reading the cluster."),
+    ] = 120.0,
 ) -> None:
     """Read an experiment, find what went wrong, and say how to fix it."""
     from ray_doctor.report import build_inspect_report
@@ -251,6 +272,14 @@ def inspect(
     from ray_doctor.scan import ScanFailure, scan
 
     formatter = _formatter(output_format, output, color, max_rows)
+    if address is not None:
+        if watch:
+            _refuse("--watch follows a path or URI, not --address")
+        _inspect_live(address, job, path, timeout, fail_on, quiet, formatter, output_format, output)
+    if job is not None:
+        _refuse("--job goes with --address")
+    if path is None:
+        _refuse("give a PATH to inspect (or --address for a live cluster)")
     if watch:
         if path == "-":
             _refuse("--watch follows a path or URI, not standard input")
@@ -265,6 +294,32 @@ def inspect(
         _emit_could_not_run(
             formatter, output_format, "inspect", shown_target(path), str(exc), output
         )
+    progress.close()
+    report = build_inspect_report(result, run_rules(result), fail_on.value)
+    _finish(formatter, report, output, quiet)
+
+
+def _inspect_live(
+    address: str,
+    job: str | None,
+    path: str | None,
+    timeout: float,
+    fail_on: FailOn,
+    quiet: bool,
+    formatter,
+    output_format: OutputFormat,
+    output: Path | None,
+) -> NoReturn:
+    from ray_doctor.integrations.live import LiveFailure, inspect_live
+    from ray_doctor.report import build_inspect_report
+    from ray_doctor.rules import run_rules
+
+    progress = _ProgressBar(enabled=not quiet and sys.stderr.isatty())
+    try:
+        result = inspect_live(address, job, path, timeout, progress)
+    except LiveFailure as exc:
+        progress.close()
+        _emit_could_not_run(formatter, output_format, "inspect", address, str(exc), output)
     progress.close()
     report = build_inspect_report(result, run_rules(result), fail_on.value)
     _finish(formatter, report, output, quiet)
@@ -325,6 +380,8 @@ class _WatchView:
             )
         if current.ended:
             sys.stderr.write(f"ray-doctor: {stamp} the experiment ended\n")
+        if current.stopped:
+            sys.stderr.write(f"ray-doctor: {stamp} {current.stopped}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -354,6 +411,8 @@ def _inspect_watch(
         last = None
     finally:
         view.close()
+    if last is not None and last.stopped and view._live is not None:
+        sys.stderr.write(f"ray-doctor: {last.stopped}\n")
     if last is None or last.report is None:
         reason = last.waiting if last is not None else "interrupted before the first pass"
         _emit_could_not_run(

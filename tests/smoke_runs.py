@@ -197,6 +197,8 @@ def normalized(text: str) -> str:
     text = re.sub(r"/[\w/.-]*?/ray-doctor-smoke-\w+/storage", "<smoke storage>", text)
     text = re.sub(r"\b[0-9a-f]{5}_\d{5}\b", "<trial>", text)
     text = re.sub(r"ray-doctor-smoke-[0-9a-f]+", "ray-doctor-smoke-<run>", text)
+    # Peaks are sampled: a very short re-run on a busy machine may end before the first one.
+    text = re.sub(r" Peak host RSS [^)]*\)\.", "", text)
     return re.sub(r"\d+(\.\d+)?", "N", text)
 
 

@@ -138,3 +138,53 @@ def test_watch_follows_a_live_tune_sweep(tmp_path: Path, monkeypatch) -> None:
     report = validate(json.loads(report_file.read_text()))
     assert sorted(t["status"] for t in report["trials"]) == ["ERROR", "TERMINATED"]
     assert [f["rule"] for f in report["findings"]] == ["trial-error"]
+
+
+class _Clock:
+    """Time that passes only when the watch sleeps: the bound is tested without waiting it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_watch_ends_when_the_driver_is_gone(fixtures: Path, tmp_path: Path) -> None:
+    # A real Ray 2.60 sweep whose driver was SIGKILLed: its trials stay RUNNING on storage
+    # forever. Nothing changes for longer than the sweep's own cadence allows, no Ray process
+    # runs: the watch ends with the run judged as stopped.
+    from ray_doctor.watch import quiet_bound, watch
+
+    copy = tmp_path / "tune_driver_killed"
+    shutil.copytree(experiment_dir(fixtures, "tune_driver_killed"), copy)
+    clock = _Clock()
+    last = watch(str(copy), interval=2.0, sleep=clock.sleep, clock=clock, ray_here=lambda: False)
+    assert last.stopped and "the driver stopped" in last.stopped
+    assert quiet_bound(last.cadence) <= clock.now < quiet_bound(last.cadence) + 3 * 2.0
+    rules = [f.rule for f in last.report.findings]
+    assert "trial-incomplete" in rules, rules
+
+
+def test_watch_keeps_waiting_while_ray_runs_here(fixtures: Path, tmp_path: Path) -> None:
+    from ray_doctor.watch import quiet_bound, watch
+
+    copy = tmp_path / "tune_driver_killed"
+    shutil.copytree(experiment_dir(fixtures, "tune_driver_killed"), copy)
+    clock = _Clock()
+    passes = []
+
+    def stop_after_a_while(current) -> None:
+        passes.append(current)
+        if clock.now > 3 * quiet_bound(current.cadence):
+            raise KeyboardInterrupt  # the user's Ctrl-C
+
+    with pytest.raises(KeyboardInterrupt):
+        watch(
+            str(copy), interval=2.0, sleep=clock.sleep, clock=clock,
+            ray_here=lambda: True, on_pass=stop_after_a_while,
+        )  # fmt: skip
+    assert not any(p.stopped for p in passes)

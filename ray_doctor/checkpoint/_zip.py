@@ -149,11 +149,17 @@ def check_members(
     """CRC and size of every member; the problems found, in member order.
 
     Local files: stored members are cut into windows that threads CRC through mmap (no copy;
-    zlib releases the GIL), and each member's window CRCs are combined. Elsewhere (remote
-    storage, deflated members) members stream one by one.
+    zlib releases the GIL), and each member's window CRCs are combined. Remote files: members
+    in file order through the storage's read-ahead (a few large ranged GETs per file).
     """
     if isinstance(storage, LocalStorage) and hasattr(mmap, "MAP_POPULATE"):
         return _check_local(storage, path, members, workers)
+    if not isinstance(storage, LocalStorage):
+        # Remote: members in file order, so the storage's read-ahead serves them in a few
+        # large GETs (threads reading far apart would each fetch their own block).
+        ordered = sorted(members, key=lambda m: m.header_offset)
+        found = {m.name: check_member(storage, path, m) for m in ordered}
+        return [found[m.name] for m in members if found[m.name]]
     if len(members) <= 1 or workers <= 1:
         results = [check_member(storage, path, m) for m in members]
     else:

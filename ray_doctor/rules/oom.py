@@ -164,6 +164,14 @@ CUDA = signatures(
         "RuntimeError: CUDA error: out of memory",
     ),
     wording(
+        "CUDA driver / runtime allocation failed",
+        r"CUDA driver error: out of memory|cudaErrorMemoryAllocation|"
+        r"cudaMalloc(?:Async)? failed: out of memory",
+        "CUDA driver and runtime through torch, CuPy, XLA (cuMemAlloc / cudaMalloc)",
+        "torch 2.x; CuPy; XLA",
+        "RuntimeError: CUDA driver error: out of memory",
+    ),
+    wording(
         "cuBLAS allocation failed",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         "cuBLAS through torch (aten/src/ATen/cuda/CublasHandlePool.cpp)",

@@ -56,6 +56,15 @@ UNREACHABLE = signatures(
         "ACCESS_DENIED during ListObjectsV2 operation: Access Denied",
     ),
     wording(
+        "GCS permission",
+        r"does not have storage\.(?:objects|buckets)\.\w+ access",
+        "Google Cloud Storage JSON API error text (through gcsfs / google-cloud-storage)",
+        "any",
+        "google.api_core.exceptions.Forbidden: 403 GET https://storage.googleapis.com/storage/v1/"
+        "b/bucket/o: ray-sa@proj.iam.gserviceaccount.com does not have storage.objects.list "
+        "access to the Google Cloud Storage bucket.",
+    ),
+    wording(
         "S3 credentials",
         r"NoCredentialsError|Unable to locate credentials|InvalidAccessKeyId|"
         r"An error occurred \((?:AccessDenied|NoSuchBucket|403)\) when calling",

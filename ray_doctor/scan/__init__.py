@@ -102,12 +102,19 @@ def _read_dumps_target(target: str, into: CollectiveEvidence, extra: LogResult) 
 def _open(target: str) -> tuple[Storage, str, Entry]:
     try:
         storage, path = open_storage(target)
+    except StorageError as exc:
+        raise ScanFailure(f"cannot read {exc.path}: {exc.reason}") from None
+    return storage, path, _stat_target(storage, path)
+
+
+def _stat_target(storage: Storage, path: str) -> Entry:
+    try:
         entry = storage.stat(path)
     except StorageError as exc:
         raise ScanFailure(f"cannot read {exc.path}: {exc.reason}") from None
     if entry is None:
         raise ScanFailure(f"{storage.display(path)}: {storage.why_missing(path)}")
-    return storage, path, entry
+    return entry
 
 
 def _read_log_target(target: str, progress: Callable[[int, int], None] | None) -> LogResult:
@@ -118,8 +125,23 @@ def _read_log_target(target: str, progress: Callable[[int, int], None] | None) -
     return read_logs(storage, path, progress)
 
 
+def scan_storage(
+    storage: Storage, path: str, workers: int = 8, cache: ScanCache | None = None
+) -> ScanResult:
+    """`scan()` of a path in a storage the caller opened (a running run's own filesystem, or
+    an `OverlayStorage` of what its driver staged over what it synced)."""
+    if cache is not None:
+        cache.start_pass()
+    entry = _stat_target(storage, path)
+    return _scan_opened(storage, path, entry, _How(workers, None, cache))
+
+
 def _scan_path(target: str, how: _How) -> ScanResult:
     storage, path, entry = _open(target)
+    return _scan_opened(storage, path, entry, how)
+
+
+def _scan_opened(storage: Storage, path: str, entry: Entry, how: _How) -> ScanResult:
     display = storage.display(path)
     result = ScanResult(target=display, layout=None)
     if not entry.is_dir:
@@ -295,4 +317,4 @@ def _holds_experiment(entries: list[Entry]) -> bool:
     return bool(names & EXPERIMENT_MARKERS) and not looks_like_trial_dir(entries)
 
 
-__all__ = ["ScanCache", "ScanFailure", "scan"]
+__all__ = ["ScanCache", "ScanFailure", "scan", "scan_storage"]

@@ -38,6 +38,9 @@ MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
 HOT_BATCH = 4096  # lines looked through for cause words at once
 MAX_LINE_TEXT = 2000
+# ray-doctor's own callbacks print their verdict into the driver's output with this prefix; a
+# log reader skips those lines, so a diagnosis never quotes an earlier one as its evidence.
+OWN_LINE_PREFIX = "ray-doctor: "
 
 
 # Words of every cause a rule knows (memory, kills, crashes, ports, disks, storage, modules,
@@ -63,6 +66,7 @@ CAUSE_ANCHORS = (
     "resource_exhausted",
     "alloc_failed",
     "cannot allocate memory",
+    "memoryallocation",
     "no available memory",
     "memory consumers",
     "memory used",
@@ -147,6 +151,8 @@ CAUSE_ANCHORS = (
     "forbidden",
     "nosuchbucket",
     "credentials",
+    "storage.objects",
+    "storage.buckets",
     "s3://",
     "gs://",
     "sync",
@@ -338,6 +344,8 @@ class _TextLogParser:
         if prefix:
             pid = prefix["pid"]
             line = line[prefix.end() :]
+        if line.startswith(OWN_LINE_PREFIX):
+            return
         if self.block is not None and self._continues(lineno, line):
             if text_line.rank is not None:
                 self.ranks_seen.add(text_line.rank)
@@ -526,16 +534,8 @@ def _decoded(storage: Storage, path: str) -> Iterator[str]:
 
 
 def read_log_file(storage: Storage, path: str) -> LogResult:
-    display = storage.display(path)
     try:
-        if path.endswith(".log") and "/train/" in path.replace("\\", "/"):
-            return parse_json_log(_decoded(storage, path), display)
-        name = path.replace("\\", "/").rsplit("/", 1)[-1]
-        owner = WORKER_LOG_PID.match(name)
-        pid = owner["pid"] if owner else None
-        return parse_text_log(
-            _decoded(storage, path), display, pid, pasted=not SYSTEM_LOG.match(name)
-        )
+        return parse_log(_decoded(storage, path), path, storage.display(path))
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
 
@@ -543,6 +543,21 @@ def read_log_file(storage: Storage, path: str) -> LogResult:
 # Ray's own processes write these (raylet, GCS, core worker, autoscaler): nobody pastes them,
 # so they skip the paste normaliser (a 200 MB raylet.out is read line by line).
 SYSTEM_LOG = re.compile(r"^(raylet|gcs_server|python-core-(worker|driver)-|monitor|runtime_env_)")
+
+
+def parse_log(lines: Iterable[str], path: str, display: str) -> LogResult:
+    """A session log by its path: Train V2's JSON records under train/, else text (a worker
+    log's pid taken from its name; Ray's own process logs skip the paste normaliser)."""
+    path = path.replace("\\", "/")
+    if path.endswith(".log") and "/train/" in path:
+        return parse_json_log(lines, display)
+    name = path.rsplit("/", 1)[-1]
+    owner = WORKER_LOG_PID.match(name)
+    return parse_text_log(
+        lines, display, owner["pid"] if owner else None, pasted=not SYSTEM_LOG.match(name)
+    )
+
+
 # Files of a Ray session logs dir worth reading, by name.
 SESSION_LOG = re.compile(
     r"^(raylet\.(out|err)|gcs_server\.(out|err)|worker-.*\.(out|err)|"

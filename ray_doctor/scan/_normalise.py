@@ -69,9 +69,10 @@ COLLECTOR_PREFIXES = (
 BRACKET_PREFIXES = tuple(p for p in COLLECTOR_PREFIXES if p.pattern.startswith(r"^\["))
 HOST_PREFIX = COLLECTOR_PREFIXES[-1]  # `localhost: `, `worker-1: `, `10.0.0.1: `
 DIGIT_PREFIXES = (*(p for p in COLLECTOR_PREFIXES if p.pattern.startswith(r"^\d")), HOST_PREFIX)
-LETTER_PREFIXES = tuple(
-    p for p in COLLECTOR_PREFIXES if p not in BRACKET_PREFIXES and p not in DIGIT_PREFIXES
-) + (HOST_PREFIX,)
+LETTER_PREFIXES = (
+    *(p for p in COLLECTOR_PREFIXES if p not in BRACKET_PREFIXES and p not in DIGIT_PREFIXES),
+    HOST_PREFIX,
+)
 # torchrun / torch.distributed: `[rank3]:`, `[default3]:` (one per local rank with --tee).
 RANK_PREFIX = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]: ?")
 JSON_TEXT_FIELDS = ("message", "msg", "log", "MESSAGE", "textPayload", "line", "text")

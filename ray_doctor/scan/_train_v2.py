@@ -1,7 +1,9 @@
 """Ray Train V2 run dirs: checkpoint_manager_snapshot.json plus checkpoint_<timestamp>/ dirs.
 
 V2 keeps no errors, results or status on storage; whether the run failed comes from the
-driver's output and the session logs, merged in later (see `scan._merge`).
+driver's output and the session logs, merged in later (see `scan._merge`), or from
+`ray-doctor-errors.jsonl`, which ray-doctor's Train callback writes into the run dir
+(`ray_doctor.integrations.train`; the format is in docs/train-errors.md).
 """
 
 from __future__ import annotations
@@ -11,19 +13,34 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ray_doctor.model import Checkpoint, Experiment, Layout, ScanError, Trial, TrialStatus
+from ray_doctor.model import (
+    Checkpoint,
+    Evidence,
+    Experiment,
+    Failure,
+    Layout,
+    ScanError,
+    Trial,
+    TrialStatus,
+)
 from ray_doctor.scan._cutoff import json_cut_off
 from ray_doctor.scan._results import scalars
+from ray_doctor.scan._traceback import parse_failure
 from ray_doctor.storage import Entry, Storage, StorageError
 
 SNAPSHOT = "checkpoint_manager_snapshot.json"
 V2_CHECKPOINT = re.compile(r"^checkpoint_(?P<ts>\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}(?:\.\d+)?)$")
 MAX_SNAPSHOT = 64 * 1024 * 1024
+# Each rank's exception, one JSON object a line, kept by ray-doctor's Train callback.
+RANK_ERRORS = "ray-doctor-errors.jsonl"
+RANK_ERRORS_VERSION = 1
+MAX_RANK_ERRORS = 200  # lines the callback keeps (the newest); the reader reads no more
+MAX_RANK_ERRORS_BYTES = 16 * 1024 * 1024
 
 
 def is_train_v2_run(entries: list[Entry]) -> bool:
     names = {e.name for e in entries}
-    if SNAPSHOT in names:
+    if SNAPSHOT in names or RANK_ERRORS in names:
         return True
     # A run that reported checkpoints but whose snapshot is gone still has their dirs.
     return any(e.is_dir and V2_CHECKPOINT.match(e.name) for e in entries)
@@ -104,7 +121,105 @@ def read_train_v2_run(storage: Storage, path: str, entries: list[Entry]) -> Expe
     experiment.trials = [run]
     experiment.start_time = run.start_time
     experiment.end_time = run.last_result_time
+    errors_entry = next((e for e in entries if e.name == RANK_ERRORS and e.is_file), None)
+    if errors_entry is not None:
+        _attach_rank_errors(run, _read_rank_errors(storage, errors_entry, experiment.errors))
     return experiment
+
+
+def run_gave_up(experiment: Experiment) -> bool:
+    """The rank errors say Train stopped retrying (more failures than max_failures allowed)."""
+    return any(trial.status == TrialStatus.ERROR for trial in experiment.trials)
+
+
+def _read_rank_errors(
+    storage: Storage, entry: Entry, errors: list[ScanError]
+) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each well-formed line; bad lines are reported, not fatal."""
+    display = storage.display(entry.path)
+    try:
+        data = storage.read_bytes(entry.path, MAX_RANK_ERRORS_BYTES)
+    except StorageError as exc:
+        errors.append(ScanError(exc.path, exc.reason))
+        return []
+    records = []
+    bad = []
+    for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad.append(lineno)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("rank"), int):
+            records.append((lineno, record))
+        else:
+            bad.append(lineno)
+    if bad:
+        lines = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        errors.append(ScanError(display, f"lines that are not rank error records: {lines}"))
+    return [(n, r) for n, r in records[-MAX_RANK_ERRORS:]]
+
+
+def _attach_rank_errors(run: Trial, records: list[tuple[int, dict[str, Any]]]) -> None:
+    """One failure per attempt and error (ranks that failed alike share one), in file order;
+    the newest run's attempts and max_failures say whether Train gave up."""
+    if not records:
+        return
+    path = f"{run.path}/{RANK_ERRORS}" if run.path else RANK_ERRORS
+    grouped: dict[tuple[Any, Any, str, str], Failure] = {}
+    for lineno, record in records:
+        failure = _record_failure(lineno, record, path)
+        key = (record.get("run_id"), record.get("attempt"), failure.exc_type or "", failure.message)
+        known = grouped.get(key)
+        if known is not None:
+            known.ranks = sorted(set(known.ranks) | set(failure.ranks))
+            continue
+        grouped[key] = failure
+        run.failures.append(failure)
+    newest = records[-1][1]
+    latest_run = [r for _, r in records if r.get("run_id") == newest.get("run_id")]
+    attempts = max(
+        (r.get("attempt") for r in latest_run if isinstance(r.get("attempt"), int)), default=None
+    )
+    allowed = newest.get("max_failures")
+    if isinstance(allowed, int) and not isinstance(allowed, bool):
+        run.max_failures = allowed
+    run.num_failures = attempts
+    allowed = run.max_failures
+    if allowed is not None and allowed >= 0 and attempts is not None and attempts > allowed:
+        run.status = TrialStatus.ERROR
+
+
+def _record_failure(lineno: int, record: dict[str, Any], path: str) -> Failure:
+    rank = record["rank"]
+    kind = str(record.get("type") or "")
+    message = str(record.get("message") or "")
+    text = record.get("traceback")
+    if not isinstance(text, str) or not text.strip():
+        text = f"{kind}: {message}" if kind else message
+    # The whole traceback sits on one line of the file: every line of it points there.
+    failure = parse_failure([(lineno, line) for line in text.splitlines()], path)
+    if kind and failure.exc_type is None:
+        failure.exc_type, failure.message = kind, message
+    failure.ranks = sorted(set(failure.ranks) | {rank})
+    failure.time = _ray_date(record.get("time"))
+    excerpt = f"rank {rank}: {failure.summary}"
+    failure.source = Evidence(path, lineno, excerpt)
+    failure.exc_line = Evidence(path, lineno, excerpt)
+    return failure
+
+
+def _ray_date(text: Any) -> str | None:
+    """An ISO time as Ray writes failure times (`2025-01-01_12-00-00`), UTC."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.strftime("%Y-%m-%d_%H-%M-%S")
 
 
 def _read_snapshot(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict[str, Any]:

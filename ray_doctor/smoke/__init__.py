@@ -84,6 +84,8 @@ def run_smoke(
     options.work_dir = tempfile.mkdtemp(prefix="ray-doctor-smoke-")
     if not options.address:
         options.ray_temp_dir = tempfile.mkdtemp(prefix="rdsmoke-", dir=RAY_TEMP_PARENT)
+    outcome: RunnerOutcome | None = None
+    token_mode = False
     try:
         outcome = run_runner(options, on_event)
         token_mode = _needs_token_mode(options, outcome) and outcome.ended != "interrupted"
@@ -91,26 +93,38 @@ def run_smoke(
             options.timeout_s = max(1.0, options.timeout_s - (time.monotonic() - started))
             outcome = run_runner(options, on_event, {"RAY_AUTH_MODE": "token"})
     finally:
-        # From here on a Ctrl-C is noted, not raised: the clean-up and the partial report
-        # still happen, and the run ends as interrupted.
+        # From here on a Ctrl-C is noted, not raised: the report and the clean-up still
+        # happen, and the run ends as interrupted. The report comes first: the relaunch
+        # verdict reads the experiment the re-run wrote into the work dir.
         with interrupts_deferred() as deferred:
-            kept = _clean_up(options)
-    with interrupts_deferred() as late:
-        if deferred.seen or late.seen:
-            outcome.ended = "interrupted"
-        result = assemble(options, outcome, logs or [])
-        if (
-            token_mode
-            and result.stage("cluster")
-            and result.stage("cluster").status == StageStatus.PASS
-        ):
-            result.stage("cluster").findings.insert(0, token_mode_warning(options.address or ""))
-    if late.seen:
-        result.ended = "interrupted"
+            try:
+                if outcome is not None:
+                    result = _report(options, outcome, logs or [], token_mode)
+            finally:
+                kept = _clean_up(options)
+    if deferred.seen:
+        _mark_interrupted(result)
     if kept:
         result.environment.setdefault("kept", kept)
     result.duration_s = time.monotonic() - started
     return result
+
+
+def _report(
+    options: SmokeOptions, outcome: RunnerOutcome, logs: list[str], token_mode: bool
+) -> SmokeResult:
+    result = assemble(options, outcome, logs)
+    cluster = result.stage("cluster")
+    if token_mode and cluster and cluster.status == StageStatus.PASS:
+        cluster.findings.insert(0, token_mode_warning(options.address or ""))
+    return result
+
+
+def _mark_interrupted(result: SmokeResult) -> None:
+    """A Ctrl-C that came while the report was built or the run cleaned up."""
+    if result.ended != "interrupted":
+        result.ended = "interrupted"
+        result.errors.append(("smoke", "the run was interrupted"))
 
 
 def _needs_token_mode(options: SmokeOptions, outcome: RunnerOutcome) -> bool:

@@ -604,6 +604,10 @@ class PeakSampler:
                 pushed = time.monotonic()
 
     def start(self) -> None:
+        # A first sample before the trainable runs: a trial that Tune stops within the first
+        # interval (its `finally` never runs) still leaves a peak behind.
+        self._sample()
+        self.collector.put.remote(self.key, dict(self.peaks))
         self._thread.start()
 
     def stop(self) -> None:

@@ -35,6 +35,16 @@ def open_storage(path: str) -> tuple[Storage, str]:
     return storage, storage.normalize(path)
 
 
+def storage_for_filesystem(filesystem, path: str) -> Storage:
+    """The storage behind a pyarrow filesystem Ray handed over (a run's `storage_filesystem`):
+    local disks through `os`, anything else through the filesystem itself."""
+    if filesystem.type_name == "local":
+        return LocalStorage()
+    from ray_doctor.storage._arrow import ArrowStorage
+
+    return ArrowStorage.from_filesystem(filesystem, path)
+
+
 __all__ = [
     "Entry",
     "LocalStorage",
@@ -43,4 +53,5 @@ __all__ = [
     "is_uri",
     "open_storage",
     "shown_target",
+    "storage_for_filesystem",
 ]

@@ -4,6 +4,7 @@ import os
 import posixpath
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from ray_doctor.storage._base import CHUNK_SIZE, Entry, Storage, StorageError
@@ -52,6 +53,7 @@ class ArrowStorage(Storage):
         # once with the same reason instead of each waiting out its own timeouts.
         self._unreachable: str | None = None
         self._lock = threading.Lock()
+        self._open_files: OrderedDict[str, _ReadAhead] = OrderedDict()
 
     @classmethod
     def from_uri(cls, uri: str) -> tuple[ArrowStorage, str]:
@@ -67,6 +69,13 @@ class ArrowStorage(Storage):
             raise StorageError(shown, _reason(exc)) from None
         scheme = uri.partition("://")[0]
         return cls(filesystem, scheme, uri, path), path.rstrip("/") or path
+
+    @classmethod
+    def from_filesystem(cls, filesystem, path: str) -> ArrowStorage:
+        """A pyarrow filesystem Ray already holds (a run's own storage filesystem, which may be
+        a custom one that no URI names); reports show `<type>://path`."""
+        scheme = {"gcs": "gs"}.get(filesystem.type_name, filesystem.type_name)
+        return cls(filesystem, scheme, f"{scheme}://{path.lstrip('/')}", path)
 
     def display(self, path: str) -> str:
         if path.startswith(self._base_path):
@@ -174,12 +183,57 @@ class ArrowStorage(Storage):
                 yield bytes(chunk)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Bytes of `path` from `offset`. The file stays open between calls (one HEAD for its
+        size, not one per read) and each GET reads ahead (`READ_AHEAD`): a checkpoint's central
+        directory, local headers and members are read in a few large ranged GETs, not one
+        request pair per chunk."""
         self._check_reachable(path)
         try:
-            with self._fs.open_input_file(path) as handle:
-                return bytes(handle.read_at(length, offset))
+            return self._remote_file(path).read(offset, length)
         except Exception as exc:
             raise self._failed(path, exc) from None
+
+    def _remote_file(self, path: str) -> _ReadAhead:
+        with self._lock:
+            cached = self._open_files.pop(path, None)
+            if cached is None:
+                cached = _ReadAhead(self._fs.open_input_file(path))
+            self._open_files[path] = cached  # most recent last
+            while len(self._open_files) > OPEN_FILES:
+                _, oldest = self._open_files.popitem(last=False)
+                oldest.close()
+            return cached
+
+
+# Ranged reads of one file: each GET fetches at least this much, kept for the next reads.
+READ_AHEAD = 64 * 1024 * 1024
+OPEN_FILES = 4  # files kept open (and their read-ahead blocks) at once
+
+
+class _ReadAhead:
+    """An open remote file with one read-ahead block; safe to share between threads."""
+
+    def __init__(self, handle) -> None:
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._start = 0
+        self._block = b""
+
+    def read(self, offset: int, length: int) -> bytes:
+        with self._lock:
+            end = offset + length
+            if self._start <= offset and end <= self._start + len(self._block):
+                return self._block[offset - self._start : end - self._start]
+            size = self._handle.size()
+            want = min(max(length, READ_AHEAD), max(0, size - offset))
+            block = bytes(self._handle.read_at(want, offset)) if want else b""
+            self._start, self._block = offset, block
+            return block[:length]
+
+    def close(self) -> None:
+        with self._lock:
+            self._block = b""
+            self._handle.close()
 
 
 def _bounded(filesystem):

@@ -131,3 +131,23 @@ def test_requests_per_trial_are_few_and_constant(s3_server, tmp_path: Path) -> N
     }
     # Listing the experiment and reading its state cost the same for 10 trials as for 50.
     assert len(small_rest) == len(large_rest) <= 8
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "bitflip"])
+def test_verify_checkpoint_on_s3_takes_a_few_requests(fixtures: Path, s3_server, scenario) -> None:
+    # A real torch checkpoint: its size (HEAD), then its central directory, local headers and
+    # every member's bytes for the CRC pass through one read-ahead GET.
+    local = fixtures / "checkpoints" / scenario
+    uri = s3_server.upload(local, s3_server.bucket(), scenario)
+    path, _, query = uri.partition("?")
+    with s3_server.counting() as served:
+        proc = run_cli(
+            "verify-checkpoint", "--format", "json", f"{path}/checkpoint.pt?{query}",
+            env=s3_server.env,
+        )  # fmt: skip
+    here = run_cli("verify-checkpoint", "--format", "json", str(local / "checkpoint.pt"))
+    assert proc.returncode == here.returncode, proc.stderr
+    assert [f["rule"] for f in json.loads(proc.stdout)["findings"]] == [
+        f["rule"] for f in json.loads(here.stdout)["findings"]
+    ]
+    assert len(served) <= 3, served
