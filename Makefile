@@ -25,8 +25,10 @@ run: $(VENV)/.installed-run
 	@$(BIN)/ray-doctor inspect $(DEMO) --logs $(DEMO)/driver.log; code=$$?; \
 	  echo "(exit code $$code: 1 means findings at or above --fail-on)"; [ $$code -le 1 ]
 
+# The whole suite on the pinned Ray, then the Ray-facing tests on the older Ray CI also runs.
 test: $(VENV)/.installed-test lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-ray-compat
 
 # The tests that start Ray or follow a live sweep, with every core kept busy by a CPU hog:
 # they assert outcomes and ordering, so they must pass on a loaded machine.
@@ -44,11 +46,12 @@ test-under-load: $(VENV)/.installed-test
 # The runtime extra accepts Ray >= 2.9; the main suite runs the 2.60 the test extra pins.
 COMPAT_RAY ?= 2.40.0
 COMPAT_VENV := .venv-ray$(COMPAT_RAY)
-# Ray 2.9 imports pyarrow.PyExtensionType (gone in pyarrow 18) and pkg_resources._vendor (gone
-# in setuptools 71). torch 2.13's metadata asks for setuptools >= 77, which only its build
-# helpers use, so the older setuptools goes in by a second pip call.
+# Ray 2.9 imports pyarrow.PyExtensionType (gone in pyarrow 18), and `from pkg_resources import
+# packaging` (gone in setuptools 69) and pkg_resources._vendor. torch 2.13's metadata asks for
+# setuptools >= 77, which only its build helpers use, so the older setuptools goes in by a
+# second pip call.
 COMPAT_PINS_2.9.3 := "pyarrow<18"
-COMPAT_AFTER_2.9.3 := "setuptools<71"
+COMPAT_AFTER_2.9.3 := "setuptools<69"
 $(COMPAT_VENV)/.installed: pyproject.toml
 	rm -rf $(COMPAT_VENV)
 	$(PYTHON) -m venv $(COMPAT_VENV)

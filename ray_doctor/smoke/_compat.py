@@ -35,6 +35,18 @@ SUPPORTED = "Ray 2.9 or newer"
 class RayApiMissing(Exception):
     """The installed Ray lacks a piece of API a stage needs: a limitation of ray-doctor."""
 
+    def __init__(self, piece: str, why: str) -> None:
+        super().__init__(why)
+        self.piece = piece
+
+
+def limitation(why: str) -> str:
+    """The message of a stage ray-doctor could not run on this Ray (stage error, exit 2)."""
+    return (
+        f"ray-doctor could not run this stage: {why}. This is a limitation of ray-doctor on "
+        "this Ray version, not a problem of this cluster."
+    )
+
 
 @dataclass(frozen=True)
 class RayApi:
@@ -50,8 +62,9 @@ class RayApi:
         """Raise `RayApiMissing` when `piece` ("tune" or "train") has no path on this Ray."""
         if piece in self.missing:
             raise RayApiMissing(
-                f"Ray {self.ray_version} {self.missing[piece]}; smoke's {piece} stages need "
-                f"{SUPPORTED}"
+                piece,
+                f"Ray {self.ray_version} {self.missing[piece]} (smoke's {piece} stages need "
+                f"{SUPPORTED})",
             )
 
     def tune_configs(self) -> tuple[Any, Any]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray_doctor.smoke._compat import detect, pieces_for
+from ray_doctor.smoke._compat import RayApiMissing, detect, limitation, missing_ray_name, pieces_for
 from ray_doctor.smoke._model import SmokeOptions, StageResult, StageStatus
 
 EVENTS = "events.jsonl"
@@ -55,13 +55,23 @@ def timed(events: Events, name: str, fn, *args):
         result = fn(*args)
     except KeyboardInterrupt:
         raise
+    except RayApiMissing as exc:  # this Ray lacks what the stage needs: ray-doctor's limit
+        result = StageResult(name, StageStatus.ERROR, message=limitation(str(exc)))
+        result.details["missing_api"] = exc.piece
     except Exception as exc:
         text = error_text(exc)
-        result = StageResult(
-            name,
-            StageStatus.ERROR,
-            message=f"ray-doctor could not run this stage: {text.splitlines()[-1]}",
-        )
+        missing = missing_ray_name(text)
+        if missing is not None:  # a name ray-doctor used that this Ray does not have
+            import ray
+
+            why = f"Ray {ray.__version__} has no {missing}"
+            result = StageResult(name, StageStatus.ERROR, message=limitation(why))
+            result.details["missing_api"] = missing
+        else:
+            last = text.splitlines()[-1]
+            result = StageResult(
+                name, StageStatus.ERROR, message=f"ray-doctor could not run this stage: {last}"
+            )
         result.details["traceback"] = text
     if isinstance(result, StageResult) and not result.duration_s:
         result.duration_s = time.monotonic() - started
@@ -117,10 +127,16 @@ def run(options: SmokeOptions, events: Events) -> None:
     tune_job = train_job = None
     if {"device", "checkpoint"} & selected:
         tune_job = Background(timed, events, "device", _stages.tune_stages, ctx)
-    if "collective" in selected:
+    # Train V1 runs its trainer through Tune, whose driver state (the trainable registry) is
+    # not thread-safe: two runs started at once in this process break each other (Ray 2.9:
+    # "dictionary changed size during iteration"). There the Train run waits for the Tune one.
+    train_after_tune = tune_job is not None and ctx.api is not None and ctx.api.train == "v1"
+    if "collective" in selected and not train_after_tune:
         train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
     if tune_job is not None:
         results = tune_job.result()
+        if "collective" in selected and train_job is None:
+            train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
         if isinstance(results, StageResult):  # one ERROR result for both
             results = (results, StageResult("checkpoint", results.status, message=results.message))
         for result in results:

@@ -120,16 +120,8 @@ class Watch:
         return None
 
 
-def run_watched(
-    fn: Callable[[], Any],
-    seconds: float,
-    asked: list[Bundle],
-    nodes: list[NodeResources],
-    wait_s: float,
-) -> Watched:
-    """`fn()` in a thread for at most `seconds`, given up as soon as its placement group
-    turns out never to be scheduled. A run that ran out of time with its group still pending
-    says so too: it was never scheduled, whatever else timed out."""
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """`fn()` started in a daemon thread; its "value" or "error" lands in the box."""
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -140,6 +132,20 @@ def run_watched(
 
     thread = threading.Thread(target=target, name="ray-doctor-stage", daemon=True)
     thread.start()
+    return thread, box
+
+
+def run_watched(
+    fn: Callable[[], Any],
+    seconds: float,
+    asked: list[Bundle],
+    nodes: list[NodeResources],
+    wait_s: float,
+) -> Watched:
+    """`fn()` in a thread for at most `seconds`, given up as soon as its placement group
+    turns out never to be scheduled. A run that ran out of time with its group still pending
+    says so too: it was never scheduled, whatever else timed out."""
+    thread, box = in_thread(fn)
     watch = Watch(asked, nodes, wait_s)
     deadline = time.monotonic() + seconds
     started = time.monotonic()

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +19,11 @@ from urllib.parse import urlparse
 from ray_doctor.model import Evidence
 from ray_doctor.smoke import _flight_recorder as flight_recorder
 from ray_doctor.smoke import _probes
-from ray_doctor.smoke._compat import RayApi, missing_ray_name
+from ray_doctor.smoke._compat import RayApi, limitation, missing_ray_name
 from ray_doctor.smoke._findings import classify, finding, gib, text_evidence
 from ray_doctor.smoke._model import CPU_ALLOCATION_CAP, SmokeOptions, StageResult, StageStatus
 from ray_doctor.smoke._resources import Bundle, NodeResources, describe, place, shortfall, total
-from ray_doctor.smoke._scheduling import Unscheduled, run_watched
+from ray_doctor.smoke._scheduling import Unscheduled, in_thread, run_watched
 from ray_doctor.storage import shown_target
 
 NAMESPACE = "ray-doctor-smoke"
@@ -65,16 +65,7 @@ class Context:
 
 def bounded(fn: Callable[[], Any], seconds: float) -> tuple[bool, Any, BaseException | None]:
     """(finished, value, exception) of `fn()` run in a thread for at most `seconds`."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="ray-doctor-stage", daemon=True)
-    thread.start()
+    thread, box = in_thread(fn)
     thread.join(seconds)
     return not thread.is_alive(), box.get("value"), box.get("error")
 
@@ -99,10 +90,7 @@ def api_missing(stage: str, text: str, seconds: float) -> StageResult:
     name = missing_ray_name(text)
     import ray
 
-    message = (
-        f"ray-doctor could not run this stage on Ray {ray.__version__}: it used {name}, which "
-        "this Ray does not have (a ray-doctor limitation, not a problem of this cluster)."
-    )
+    message = limitation(f"Ray {ray.__version__} has no {name}")
     return StageResult(
         stage,
         StageStatus.ERROR,
@@ -1079,6 +1067,7 @@ def _collective_failure(ctx, error, finished, ranks, done, seconds, details) -> 
         text = _probes.error_text(error)
         if missing_ray_name(text):
             return api_missing("collective", text, seconds)
+        details["traceback"] = "".join(traceback.format_exception(error))
         rule_id, line = classify(text, TRAIN_ERRORS_TABLES, "collective-failed")
         message = f"The Train run failed before every rank finished the allreduce (ranks {missing} did not): {line}"
         evidence = [text_evidence("TorchTrainer.fit()", line or text)]

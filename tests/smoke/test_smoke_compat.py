@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from smoke_runs import CPUS, assert_nothing_left
+from smoke_runs import CPUS, assert_nothing_left, run_smoke, smoke_env
 
 from ray_doctor.smoke._compat import detect, missing_ray_name
 from ray_doctor.smoke._resources import NodeResources
@@ -136,3 +136,67 @@ def test_too_many_workers_for_the_cluster(smoke_too_many_workers):
     later = {s["name"]: s["status"] for s in run.report["stages"][1:]}
     assert set(later.values()) == {"skip"}, "nothing waits on a request that cannot fit"
     assert_nothing_left(run)
+
+
+# A Ray without the function-trainable API smoke's Tune stages use (as on a Ray older than
+# 2.7): `report` is taken out of ray.tune and ray.train as each is imported, in every process.
+_WITHOUT_REPORT = """
+import importlib.abc, importlib.util, sys
+
+class _Strip(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in ("ray.tune", "ray.train"):
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.__dict__.pop("report", None)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Strip())
+"""
+
+
+def test_a_ray_without_the_api_is_a_limitation_of_the_tool_not_a_finding(tmp_path):
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(_WITHOUT_REPORT)
+    path = os.pathsep.join(p for p in (str(shim), os.environ.get("PYTHONPATH")) if p)
+    run = run_smoke(
+        tmp_path / "run",
+        "--stage",
+        "device",
+        "--stage",
+        "checkpoint",
+        env=smoke_env(tmp_path, PYTHONPATH=path),
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.report["findings"] == [], "nothing is said about the cluster"
+    device, checkpoint = run.stage("device"), run.stage("checkpoint")
+    assert device["status"] == checkpoint["status"] == "error"
+    assert "limitation of ray-doctor" in device["message"]
+    assert "ray.train.report" in device["message"]
+    assert device["details"]["missing_api"] == "tune"
+    assert run.report["environment"]["ray_api"]["missing"].keys() == {"tune"}
+    assert_nothing_left(run)
+
+
+def test_a_name_ray_refuses_is_reported_as_the_tools_limitation(tmp_path):
+    from ray_doctor.smoke._runner import Events, timed
+
+    def stage():  # what Ray 2.40 said to the smoke of ray-doctor 0.1
+        raise AttributeError("module 'ray.tune' has no attribute 'RunConfig'")
+
+    result = timed(Events(tmp_path / "events.jsonl"), "device", stage)
+    assert result.status.value == "error"
+    assert "has no ray.tune.RunConfig" in result.message
+    assert "limitation of ray-doctor" in result.message
+    assert result.details["missing_api"] == "ray.tune.RunConfig"
