@@ -7,7 +7,6 @@ Marked ray_compat: `make test-ray-compat` runs them on an older Ray too (Ray 2.4
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 from smoke_runs import CPUS, assert_nothing_left, run_smoke, smoke_env
@@ -82,8 +81,8 @@ def _ray_nodes() -> list[NodeResources]:
     ]
 
 
-@pytest.fixture
-def local_ray(tmp_path_factory):
+@pytest.fixture(scope="module")
+def local_ray():
     import tempfile
 
     import ray
@@ -97,33 +96,45 @@ def local_ray(tmp_path_factory):
 
 
 def test_a_placement_group_no_node_can_hold_is_given_up_at_once(local_ray):
-    from ray.util.placement_group import placement_group
+    from ray.util.placement_group import placement_group, remove_placement_group
 
     asked = [{"CPU": 1.0}] * 3
     group = placement_group(asked)
     # A budget far above the test's run: the watch must end it because the group can never
     # be placed, not because time ran out (that would say infeasible=False).
-    watched = run_watched(lambda: group.wait(60), 600, asked, local_ray, wait_s=600)
+    try:
+        watched = run_watched(lambda: group.wait(60), 600, asked, local_ray, wait_s=600)
+    finally:
+        remove_placement_group(group)
     assert not watched.finished
     assert watched.unscheduled is not None and watched.unscheduled.infeasible
     assert watched.unscheduled.bundles == asked
 
 
-def test_waiting_behind_smokes_own_work_is_not_a_shortage(local_ray):
-    from ray.util.placement_group import placement_group, remove_placement_group
+def test_waiting_behind_smokes_own_work_is_not_a_shortage(monkeypatch):
+    # Ray's table as a script, time as a counter: the rule is checked, not a machine's speed.
+    from ray_doctor.smoke import _scheduling
+    from ray_doctor.smoke._scheduling import Group, Watch
 
-    holder = placement_group([{"CPU": 2.0}])
-    assert holder.wait(60)
     asked = [{"CPU": 1.0}, {"CPU": 1.0}]
-    waiting = placement_group(asked)
+    ours = Group("aa01", [{"CPU": 2.0}], "CREATED", False)  # the other stage, running
+    waiting = Group("bb01", asked, "PENDING", False)
+    table: list[Group] = []
+    now = [0.0]
+    monkeypatch.setattr(_scheduling, "own_groups", lambda nodes: table)
+    monkeypatch.setattr(_scheduling.time, "monotonic", lambda: now[0])
+    watch = Watch(asked, [], wait_s=30)
 
-    def release_then_wait():
-        time.sleep(3)  # longer than wait_s: pending all that time, behind our own group
-        remove_placement_group(holder)
-        return waiting.wait(60)
-
-    watched = run_watched(release_then_wait, 120, asked, local_ray, wait_s=1)
-    assert watched.finished and watched.value is True and watched.unscheduled is None
+    table[:] = [ours, waiting]
+    for now[0] in (0.0, 100.0, 1000.0):  # queued behind our own run, however long
+        assert watch.poll() is None
+    table[:] = [waiting]  # ours ended; nothing of ours holds resources, still pending
+    for now[0] in (1001.0, 1030.0):
+        assert watch.poll() is None
+    now[0] = 1031.0
+    unscheduled = watch.poll()
+    assert unscheduled is not None and not unscheduled.infeasible
+    assert unscheduled.bundles == asked and unscheduled.seconds == 30.0
 
 
 def test_too_many_workers_for_the_cluster(smoke_too_many_workers):
