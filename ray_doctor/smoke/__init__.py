@@ -29,7 +29,7 @@ from ray_doctor.smoke._model import (
 )
 from ray_doctor.smoke._process import RunnerOutcome, interrupts_deferred, run_runner
 from ray_doctor.smoke._relaunch import RelaunchError, plan, verdict
-from ray_doctor.smoke._stages import token_available, token_mode_warning
+from ray_doctor.smoke.stages.cluster import token_available, token_mode_warning
 
 # Ray's unix sockets live under its temp dir and must stay under ~107 bytes: a short dir of
 # its own under /tmp (Ray's own default place), whatever TMPDIR says.

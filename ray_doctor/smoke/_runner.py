@@ -97,63 +97,64 @@ class Background:
 
 
 def run(options: SmokeOptions, events: Events) -> None:
-    from ray_doctor.smoke import _stages
+    from ray_doctor.smoke.stages import _common, cluster, collective, device, environment, port
+    from ray_doctor.smoke.stages import relaunch as relaunch_stage
 
     # The parent stops this process at --timeout; stages end a little earlier, so what they
     # found is reported rather than cut off.
-    ctx = _stages.Context(options, deadline=time.monotonic() + options.timeout_s - CHILD_MARGIN_S)
+    ctx = _common.Context(options, deadline=time.monotonic() + options.timeout_s - CHILD_MARGIN_S)
     selected = set(options.stages)
-    cluster = timed(events, "cluster", _stages.connect, ctx)
+    cluster = timed(events, "cluster", cluster.connect, ctx)
     events.stage(cluster)
     if cluster.status != StageStatus.PASS:
         return
     events.emit(
         "ray", version=cluster.details.get("ray_version"), address=cluster.details.get("address")
     )
-    _stages.ship_probes_by_value()
+    _common.ship_probes_by_value()
     # Importing Tune and Train takes seconds: it is part of their stages' time.
     for name in ("device", "collective"):
         if name in selected or (name == "device" and "checkpoint" in selected):
             events.emit("start", stage=name)
-    _stages.import_ray_libraries(options)
+    _common.import_ray_libraries(options)
     pieces = pieces_for(selected)
     if pieces:
         ctx.api = detect(pieces)
         events.emit("api", api=ctx.api.to_json())
     probes = None
     if {"port", "environment"} & selected:
-        probes = _stages.start_node_probes(ctx)
-    _stages.check_storage(ctx)
+        probes = _common.start_node_probes(ctx)
+    _common.check_storage(ctx)
     tune_job = train_job = None
     if {"device", "checkpoint"} & selected:
-        tune_job = Background(timed, events, "device", _stages.tune_stages, ctx)
+        tune_job = Background(timed, events, "device", device.tune_stages, ctx)
     # Train V1 runs its trainer through Tune, whose driver state (the trainable registry) is
     # not thread-safe: two runs started at once in this process break each other (Ray 2.9:
     # "dictionary changed size during iteration"). There the Train run waits for the Tune one.
     train_after_tune = tune_job is not None and ctx.api is not None and ctx.api.train == "v1"
     if "collective" in selected and not train_after_tune:
-        train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
+        train_job = Background(timed, events, "collective", collective.collective_stage, ctx)
     if tune_job is not None:
         results = tune_job.result()
         if "collective" in selected and train_job is None:
-            train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
+            train_job = Background(timed, events, "collective", collective.collective_stage, ctx)
         if isinstance(results, StageResult):  # one ERROR result for both
             results = (results, StageResult("checkpoint", results.status, message=results.message))
         for result in results:
             if result.name in selected:
                 events.stage(result)
     if probes is not None:
-        gathered = _stages.gather_probes(ctx, probes)
+        gathered = _common.gather_probes(ctx, probes)
         if "port" in selected:
-            events.stage(timed(events, "port", _stages.port_stage, ctx, gathered))
+            events.stage(timed(events, "port", port.port_stage, ctx, gathered))
         if "environment" in selected:
-            environment, facts = _stages.environment_stage(ctx, gathered)
+            environment, facts = environment.environment_stage(ctx, gathered)
             events.emit("environment", environment=facts)
             events.stage(environment)
     if train_job is not None:
         events.stage(train_job.result())
     if "relaunch" in selected:
-        facts = timed(events, "relaunch", _stages.relaunch_run, ctx)
+        facts = timed(events, "relaunch", relaunch_stage.relaunch_run, ctx)
         if isinstance(facts, StageResult):
             events.stage(facts)
         else:
