@@ -152,16 +152,6 @@ def detect(pieces: frozenset[str] = frozenset(("tune", "train"))) -> RayApi:
     return RayApi(ray.__version__, tune_module, config_module, train, missing)
 
 
-def pieces_for(stages: set[str]) -> frozenset[str]:
-    """The API pieces the selected stages use."""
-    wanted = set()
-    if {"device", "checkpoint", "relaunch"} & stages:
-        wanted.add("tune")
-    if "collective" in stages:
-        wanted.add("train")
-    return frozenset(wanted)
-
-
 def missing_ray_name(text: str) -> str | None:
     """'ray.tune.RunConfig' when `text` is Ray's error for a name this Ray does not have."""
     match = _MISSING_RAY_NAME.search(text)

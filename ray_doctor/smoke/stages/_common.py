@@ -44,6 +44,10 @@ GRACE_S = 5.0  # kept back from the deadline to report and shut down
 TRIAL_ERRORS = ("missing-module", "oom-cuda", "oom-ray-memory-monitor", "device-mismatch")
 
 
+def _ignore(kind: str, **data: Any) -> None:
+    pass
+
+
 @dataclass
 class Context:
     options: SmokeOptions
@@ -53,6 +57,7 @@ class Context:
     nodes: list[NodeResources] = field(default_factory=list)
     started: bool = False  # smoke started this Ray instance (and shuts it down)
     api: RayApi | None = None  # the Ray API path the stages take (_compat.detect)
+    emit: Callable[..., None] = _ignore  # emit(kind, **data): an event for the parent
 
     def budget(self, default: float) -> float:
         return max(1.0, min(default, self.deadline - time.monotonic() - GRACE_S))
@@ -104,12 +109,13 @@ def api_missing(stage: str, text: str, seconds: float) -> StageResult:
     )
 
 
-def import_ray_libraries(options: SmokeOptions) -> None:
-    """Import Tune and Train before their stages start in threads: Ray's modules import each
-    other, and two threads importing them at once see half-initialised modules."""
-    if {"device", "checkpoint", "relaunch"} & set(options.stages):
+def import_ray_libraries(pieces: frozenset[str]) -> None:
+    """Import Tune and Train (the API `pieces` the selected stages use) before their stages
+    start in threads: Ray's modules import each other, and two threads importing them at once
+    see half-initialised modules."""
+    if "tune" in pieces:
         import ray.tune
-    if "collective" in options.stages:
+    if "train" in pieces:
         import ray.train.torch  # noqa: F401
 
 
@@ -135,20 +141,21 @@ def collected_values(collector) -> dict[str, Any]:
         return {}
 
 
-def requests(options: SmokeOptions) -> dict[str, list[Bundle]]:
-    """What each selected stage will ask Ray for, as placement-group bundles."""
+def bundle(cpus: float, gpus: float) -> Bundle:
+    return {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
 
-    def bundle(cpus: float, gpus: float) -> Bundle:
-        return {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+
+def requests(options: SmokeOptions) -> dict[str, list[Bundle]]:
+    """What each selected stage will ask Ray for, as placement-group bundles (each stage's
+    `Stage.request`), in stage order."""
+    from ray_doctor.smoke.stages import registry
 
     wanted: dict[str, list[Bundle]] = {}
-    if {"device", "checkpoint"} & set(options.stages):
-        wanted["device"] = [bundle(options.cpus_per_worker, options.gpus)]
-    if "collective" in options.stages:
-        per_worker = bundle(options.cpus_per_worker, options.gpus_per_worker)
-        wanted["collective"] = [per_worker] * options.worker_count
-    if "relaunch" in options.stages and options.relaunch:
-        wanted["relaunch"] = [dict(b) for b in options.relaunch.resources]
+    for stage in registry().values():
+        if stage.request is not None and stage.wanted(options.stages):
+            bundles = stage.request(options)
+            if bundles:
+                wanted[stage.name] = bundles
     return wanted
 
 

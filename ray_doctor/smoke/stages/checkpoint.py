@@ -10,6 +10,7 @@ from ray_doctor.model import Evidence
 from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import classify, finding
 from ray_doctor.smoke._model import StageResult, StageStatus
+from ray_doctor.smoke.stages import Stage
 from ray_doctor.smoke.stages._common import TUNE_STAGE_S, Context, out_of_time, trial_failed
 from ray_doctor.storage import shown_target
 
@@ -107,3 +108,13 @@ def checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any])
     return StageResult(
         "checkpoint", StageStatus.PASS, duration_s=seconds, message=message, details=details
     )
+
+
+STAGE = Stage(
+    "checkpoint",
+    "checkpoint save, report and restore through storage",
+    position=3,
+    run=None,
+    reported_by="device",  # the device stage's trial saves and reports the checkpoint
+    default=True,
+)

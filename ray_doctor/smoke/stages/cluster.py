@@ -15,6 +15,7 @@ from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import finding, gib, text_evidence
 from ray_doctor.smoke._model import StageResult, StageStatus
 from ray_doctor.smoke._resources import Bundle, NodeResources, describe, place, shortfall, total
+from ray_doctor.smoke.stages import CONNECT, Stage
 from ray_doctor.smoke.stages._common import (
     CONNECT_TIMEOUT_S,
     NAMESPACE,
@@ -213,3 +214,22 @@ def token_mode_warning(address: str):
         Evidence(address, None, "InvalidAuthToken without RAY_AUTH_MODE=token; joined with it")
     ]
     return finding("cluster-unreachable", message, fix, evidence, severity=Severity.WARNING)
+
+
+def run(ctx: Context) -> StageResult:
+    result = connect(ctx)
+    if result.status == StageStatus.PASS:
+        details = result.details
+        ctx.emit("ray", version=details.get("ray_version"), address=details.get("address"))
+    return result
+
+
+STAGE = Stage(
+    "cluster",
+    "cluster resources satisfy the request",
+    position=0,
+    run=run,
+    phase=CONNECT,
+    default=True,
+    with_relaunch=True,
+)

@@ -14,10 +14,12 @@ from ray_doctor.smoke import _probes
 from ray_doctor.smoke._compat import missing_ray_name
 from ray_doctor.smoke._findings import classify, finding, text_evidence
 from ray_doctor.smoke._model import StageResult, StageStatus
+from ray_doctor.smoke.stages import Stage
 from ray_doctor.smoke.stages._common import (
     TRAIN_STAGE_S,
     Context,
     api_missing,
+    bundle,
     collected_values,
     never_scheduled,
     new_collector,
@@ -183,3 +185,20 @@ def _collective_failure(ctx, error, finished, ranks, done, seconds, details) -> 
         details=details,
         findings=[finding(rule_id, message, fix, evidence)],
     )
+
+
+def _workers(options) -> list[dict[str, float]]:
+    return [bundle(options.cpus_per_worker, options.gpus_per_worker)] * options.worker_count
+
+
+STAGE = Stage(
+    "collective",
+    "allreduce across a Ray Train worker group",
+    position=2,
+    run=collective_stage,
+    api=frozenset({"train"}),
+    request=_workers,
+    default=True,
+    # Train V1 runs its trainer through Tune in this driver (Train V2 does not).
+    tune_driver=lambda api: api is not None and api.train == "v1",
+)

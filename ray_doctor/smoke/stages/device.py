@@ -11,9 +11,11 @@ from ray_doctor.model import Evidence
 from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import classify, finding, gib, text_evidence
 from ray_doctor.smoke._model import CPU_ALLOCATION_CAP, StageResult, StageStatus
+from ray_doctor.smoke.stages import Stage
 from ray_doctor.smoke.stages._common import (
     TUNE_STAGE_S,
     Context,
+    bundle,
     collected_values,
     never_scheduled,
     new_collector,
@@ -230,3 +232,17 @@ def _headroom(device: dict[str, Any], where: str) -> list:
                 finding("memory-headroom-low", message, fix, evidence, severity=Severity.WARNING)
             )
     return out
+
+
+STAGE = Stage(
+    "device",
+    "devices visible, compute and memory headroom in a Tune trial",
+    position=1,
+    run=tune_stages,
+    reports=("checkpoint",),
+    api=frozenset({"tune"}),
+    request=lambda options: [bundle(options.cpus_per_worker, options.gpus)],
+    default=True,
+    before_probes=True,  # the probes run meanwhile; gathered after the trial
+    tune_driver=lambda api: True,
+)

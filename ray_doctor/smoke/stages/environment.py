@@ -9,6 +9,7 @@ from typing import Any
 from ray_doctor.smoke import _probes
 from ray_doctor.smoke._findings import gib
 from ray_doctor.smoke._model import StageResult, StageStatus
+from ray_doctor.smoke.stages import PROBES, Stage
 from ray_doctor.smoke.stages._common import Context, probe_error
 
 
@@ -59,3 +60,20 @@ def environment_stage(
         "environment", status, seconds, "; ".join(lines), details={"nodes": len(nodes)}
     )
     return result, environment
+
+
+def run(ctx: Context, probes: list[dict[str, Any]]) -> StageResult:
+    result, facts = environment_stage(ctx, probes)
+    ctx.emit("environment", environment=facts)
+    return result
+
+
+STAGE = Stage(
+    "environment",
+    "environment fingerprint of every node",
+    position=6,
+    run=run,
+    phase=PROBES,
+    default=True,
+    with_relaunch=True,
+)

@@ -7,6 +7,7 @@ from typing import Any
 from ray_doctor.model import Evidence
 from ray_doctor.smoke._findings import finding
 from ray_doctor.smoke._model import StageResult, StageStatus
+from ray_doctor.smoke.stages import PROBES, Stage
 from ray_doctor.smoke.stages._common import Context, probe_error
 
 
@@ -70,3 +71,13 @@ def port_stage(ctx: Context, probes: list[dict[str, Any]]) -> StageResult:
     message = f"Port {port} ({ctx.options.master_port_from}) can be bound on {count}: {where}."
     seconds = max((p["port"].get("seconds", 0.0) for p in checked), default=0.0)
     return StageResult("port", StageStatus.PASS, seconds, message, details=details)
+
+
+STAGE = Stage(
+    "port",
+    "master port can be bound on every worker node",
+    position=4,
+    run=port_stage,
+    phase=PROBES,
+    default=True,
+)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from ray_doctor.smoke import _probes
+from ray_doctor.smoke.stages import LAST, Stage
 from ray_doctor.smoke.stages._common import (
     Context,
     bounded,
@@ -105,3 +106,24 @@ def relaunch_run(ctx: Context) -> dict[str, Any]:
         facts["error"] = _probes.error_text(result.error) if result.error is not None else None
         facts["iterations"] = (result.metrics or {}).get("training_iteration")
     return facts
+
+
+def run(ctx: Context) -> None:
+    """The re-run's facts go to the parent, which reads its experiment and gives the verdict."""
+    ctx.emit("relaunch", facts=relaunch_run(ctx))
+
+
+def _resources(options) -> list[dict[str, float]] | None:
+    return [dict(b) for b in options.relaunch.resources] if options.relaunch else None
+
+
+STAGE = Stage(
+    "relaunch",
+    "the failed trial's own config, re-run with its trainable",
+    position=5,
+    run=run,
+    phase=LAST,
+    api=frozenset({"tune"}),
+    request=_resources,
+    with_relaunch=True,
+)
