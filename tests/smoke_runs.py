@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GENERATOR = REPO / "fixtures" / "generate.py"
 SMOKE_TIMEOUT_S = 240  # a hang guard for the subprocess, far above what a run takes
+CPUS = os.cpu_count() or 1  # what a local Ray instance counts (smoke sets no num_cpus)
 
 
 @dataclass
@@ -141,6 +142,12 @@ def smoke_no_gpu(tmp_path_factory) -> SmokeRun:
     later stage skipped, nothing waits on a request that cannot fit), not as a wall-time
     budget: Ray's own start alone can take half a minute on a loaded 2-core machine."""
     return run_smoke(tmp_path_factory.mktemp("smoke_no_gpu"), "--gpus", "1")
+
+
+@pytest.fixture(scope="session")
+def smoke_too_many_workers(tmp_path_factory) -> SmokeRun:
+    """`--workers 4` on a machine with fewer CPUs: a request smoke itself cannot place."""
+    return run_smoke(tmp_path_factory.mktemp("smoke_workers"), "--workers", str(CPUS + 2))
 
 
 @pytest.fixture(scope="session")

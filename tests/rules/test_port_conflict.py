@@ -1,5 +1,6 @@
 """port-conflict: torch could not listen on a port the driver held (real Ray 2.60 run)."""
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -56,6 +57,7 @@ def test_near_miss_ray_carries_on_without_its_metrics_server(tmp_path):
     assert code == 0
 
 
+@pytest.mark.ray_compat
 def test_smoke_finds_the_port_held_and_who_holds_it(smoke_port_and_storage):
     """`smoke --stage port --master-port P` with P held by this test process."""
     import os
@@ -68,5 +70,6 @@ def test_smoke_finds_the_port_held_and_who_holds_it(smoke_port_and_storage):
     assert run.stage("port")["status"] == "fail"
 
 
+@pytest.mark.ray_compat
 def test_smoke_near_miss_a_free_port(smoke_cpu):
     assert not smoke_cpu.findings("port-conflict")
