@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The fixture `make run` diagnoses: a Tune sweep whose trial raised, with its driver output.
 DEMO := fixtures/tune_trial_error
 
-.PHONY: run test test-under-load lint format fixtures fixtures-legacy docs docs-smoke bench bench-failing clean corpus
+.PHONY: run test test-ray-compat test-under-load lint format fixtures fixtures-legacy docs docs-smoke bench bench-failing clean corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,10 @@ run: $(VENV)/.installed-run
 	@$(BIN)/ray-doctor inspect $(DEMO) --logs $(DEMO)/driver.log; code=$$?; \
 	  echo "(exit code $$code: 1 means findings at or above --fail-on)"; [ $$code -le 1 ]
 
+# The whole suite on the pinned Ray, then the Ray-facing tests on the older Ray CI also runs.
 test: $(VENV)/.installed-test lint
 	$(BIN)/python -m pytest -q
+	$(MAKE) test-ray-compat
 
 # The tests that start Ray or follow a live sweep, with every core kept busy by a CPU hog:
 # they assert outcomes and ordering, so they must pass on a loaded machine.
@@ -38,6 +40,30 @@ test-under-load: $(VENV)/.installed-test
 	  trap 'kill $$hogs' EXIT; \
 	  echo "CPU hog on $$(nproc) cores (pids$$hogs)"; \
 	  $(BIN)/python -m pytest -q $(LOAD_TESTS)
+
+# The smoke tests and the other tests that start Ray (marker ray_compat), on an older Ray in a
+# venv of its own: `make test-ray-compat` (Ray 2.40), `make test-ray-compat COMPAT_RAY=2.9.3`.
+# The runtime extra accepts Ray >= 2.9; the main suite runs the 2.60 the test extra pins.
+COMPAT_RAY ?= 2.40.0
+COMPAT_VENV := .venv-ray$(COMPAT_RAY)
+# Ray 2.9 imports pyarrow.PyExtensionType (gone in pyarrow 18), and `from pkg_resources import
+# packaging` (gone in setuptools 69) and pkg_resources._vendor. torch 2.13's metadata asks for
+# setuptools >= 77, which only its build helpers use, so the older setuptools goes in by a
+# second pip call.
+COMPAT_PINS_2.9.3 := "pyarrow<18"
+COMPAT_AFTER_2.9.3 := "setuptools<69"
+$(COMPAT_VENV)/.installed: pyproject.toml
+	rm -rf $(COMPAT_VENV)
+	$(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install --quiet -e ".[test-tools]" \
+	  "ray[tune,train]==$(COMPAT_RAY)" torch==2.13.0 $(COMPAT_PINS_$(COMPAT_RAY))
+	$(if $(COMPAT_AFTER_$(COMPAT_RAY)),$(COMPAT_VENV)/bin/python -m pip install --quiet \
+	  $(COMPAT_AFTER_$(COMPAT_RAY)) 2>&1 | grep -v "which is incompatible" || true)
+	touch $@
+
+test-ray-compat: $(COMPAT_VENV)/.installed
+	$(COMPAT_VENV)/bin/python -m pytest -q -m ray_compat tests/smoke tests/rules
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check ray_doctor tests bench docs fixtures/generate.py fixtures/checkpoints/generate.py fixtures/legacy/generate_legacy.py

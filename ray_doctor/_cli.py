@@ -303,6 +303,12 @@ def inspect(
             )
         progress.close()
         report = build_inspect_report(result, run_rules(result), fail_on.value)
+        if result.interrupted:  # Ctrl-C: the partial report, then the conventional 130
+            _emit(formatter, report, output)
+            typer.echo("ray-doctor: interrupted; the report covers what was read", err=True)
+            sys.stdout.flush()
+            # Not sys.exit: that would wait for reads still in flight (a slow object store).
+            os._exit(130)
         _finish(formatter, report, output, quiet)
     finally:
         if collecting:

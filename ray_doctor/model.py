@@ -396,6 +396,7 @@ class ScanResult:
     layout: Layout | None  # None: nothing Ray-shaped was found
     experiments: list[Experiment] = field(default_factory=list)
     errors: list[ScanError] = field(default_factory=list)
+    interrupted: bool = False  # Ctrl-C: what was read so far (errors say how far)
 
     @property
     def all_errors(self) -> list[ScanError]:

@@ -140,5 +140,6 @@ from smoke_runs import (  # noqa: E402, F401
     smoke_cpu,
     smoke_no_gpu,
     smoke_port_and_storage,
+    smoke_too_many_workers,
     smoke_unreachable,
 )

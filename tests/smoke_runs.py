@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GENERATOR = REPO / "fixtures" / "generate.py"
 SMOKE_TIMEOUT_S = 240  # a hang guard for the subprocess, far above what a run takes
+CPUS = os.cpu_count() or 1  # what a local Ray instance counts (smoke sets no num_cpus)
 
 
 @dataclass
@@ -33,6 +34,17 @@ class SmokeRun:
     stderr: str
     seconds: float
     tmpdir: Path
+
+    def __repr__(self) -> str:
+        # What a failed assertion should show: how the run ended, not its whole report.
+        stages = [
+            f"{s['name']}={s['status']}: {s.get('message', '')[:200]}"
+            for s in self.report["stages"]
+        ]
+        return (
+            f"SmokeRun(returncode={self.returncode}, seconds={self.seconds:.0f}, "
+            f"errors={self.report.get('errors')}, stages={stages}, tmpdir={self.tmpdir})"
+        )
 
     def stage(self, name: str) -> dict:
         (stage,) = [s for s in self.report["stages"] if s["name"] == name]
@@ -130,6 +142,12 @@ def smoke_no_gpu(tmp_path_factory) -> SmokeRun:
     later stage skipped, nothing waits on a request that cannot fit), not as a wall-time
     budget: Ray's own start alone can take half a minute on a loaded 2-core machine."""
     return run_smoke(tmp_path_factory.mktemp("smoke_no_gpu"), "--gpus", "1")
+
+
+@pytest.fixture(scope="session")
+def smoke_too_many_workers(tmp_path_factory) -> SmokeRun:
+    """`--workers 4` on a machine with fewer CPUs: a request smoke itself cannot place."""
+    return run_smoke(tmp_path_factory.mktemp("smoke_workers"), "--workers", str(CPUS + 2))
 
 
 @pytest.fixture(scope="session")

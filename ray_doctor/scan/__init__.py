@@ -26,7 +26,12 @@ from ray_doctor.scan._logs import (
 from ray_doctor.scan._merge import log_experiment, merge_logs
 from ray_doctor.scan._train_v2 import SNAPSHOT, is_train_v2_run, read_train_v2_run
 from ray_doctor.scan._trial import complete_from_dir, looks_like_trial_dir, read_trial_dir
-from ray_doctor.scan._tune import STATE_GLOB, is_tune_experiment, read_tune_experiment
+from ray_doctor.scan._tune import (
+    STATE_GLOB,
+    ScanInterrupted,
+    is_tune_experiment,
+    read_tune_experiment,
+)
 from ray_doctor.storage import Entry, Storage, StorageError, open_storage
 
 EXPERIMENT_MARKERS = {".validate_storage_marker", "tuner.pkl", "trainer.pkl", SNAPSHOT}
@@ -71,10 +76,16 @@ def scan(
         result = _scan_path(target, _How(workers, progress, cache))
     extra = LogResult()
     dumps = CollectiveEvidence()
-    for path in logs:
+    for done, path in enumerate(() if result.interrupted else logs):
         label = f"logs {path.rstrip('/').rsplit('/', 1)[-1]}"
-        extra.extend(_read_log_target(path, partial(progress, label) if progress else None))
-        _read_dumps_target(path, dumps, extra)
+        try:
+            extra.extend(_read_log_target(path, partial(progress, label) if progress else None))
+            _read_dumps_target(path, dumps, extra)
+        except KeyboardInterrupt:
+            result.interrupted = True
+            left = ", ".join(logs[done:])
+            result.errors.append(ScanError(path, f"interrupted: logs not read: {left}"))
+            break
     if extra.files or extra.errors or dumps:
         merge_logs(result, extra)
     if dumps:
@@ -151,7 +162,10 @@ def _scan_opened(storage: Storage, path: str, entry: Entry, how: _How) -> ScanRe
     except StorageError as exc:
         raise ScanFailure(f"cannot list {exc.path}: {exc.reason}") from None
 
-    experiment = _read_experiment(storage, path, entries, how)
+    try:
+        experiment = _read_experiment(storage, path, entries, how)
+    except ScanInterrupted as stopped:
+        experiment, result.interrupted = stopped.experiment, True
     if experiment is not None:
         result.layout = experiment.layout
         result.experiments.append(experiment)
@@ -268,7 +282,19 @@ def _scan_storage_path(
     found = _find_experiments(storage, entries, result)
     label = f"{len(found)} experiments"
     for done, (child, child_entries) in enumerate(found, start=1):
-        experiment = _read_experiment(storage, child.path, child_entries, how)
+        try:
+            experiment = _read_experiment(storage, child.path, child_entries, how)
+        except (ScanInterrupted, KeyboardInterrupt) as stopped:
+            result.interrupted = True
+            if isinstance(stopped, ScanInterrupted):
+                result.experiments.append(stopped.experiment)
+            result.errors.append(
+                ScanError(
+                    result.target,
+                    f"interrupted: {len(found) - done} of {len(found)} experiments not read",
+                )
+            )
+            break
         if experiment is not None:
             result.experiments.append(experiment)
         if how.progress and len(found) > 1:

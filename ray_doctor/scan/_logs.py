@@ -280,6 +280,11 @@ TRIAL_IN_CONTEXT = re.compile(r"Trial task failed for trial (?P<trial>\S+)")
 # (a background thread dying, a retried call) are kept as events, never as the cause.
 FAILURE_CONTEXT = ("Error in training function", "Trial task failed for trial")
 BACKGROUND_CONTEXT = re.compile(r"^Exception in thread |^Exception ignored in")
+# Tracebacks Ray logs and carries on from, about nothing a run needs: Ray's autoscaler monitor
+# and dashboard head start an optional Prometheus metrics server in a try/except that logs this
+# line (monitor.py, dashboard/head.py). Its ports are fixed (44217, 44227), so every second Ray
+# instance on a machine logs "Address already in use" here: not a port conflict of the run.
+HANDLED_BY_RAY = re.compile(r"An exception occurred while starting the metrics server")
 
 
 @dataclass
@@ -445,6 +450,8 @@ class _TextLogParser:
         failure.source = Evidence(self.path, block[0][0], block[0][1].strip())
         failure.ranks += sorted(self.ranks_seen - set(failure.ranks))
         recent = self.block_context[-2:]
+        if any(HANDLED_BY_RAY.search(text) for text in recent[-1:]):
+            return
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
         claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
         if background or (self.block_pid is not None and not claimed):
@@ -578,7 +585,7 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
                 first = message.strip().splitlines()[0][:MAX_LINE_TEXT]
                 result.events.append(LogEvent(kind, Evidence(path, lineno, message), text=first))
         exc_text = record.get("exc_text")
-        if isinstance(exc_text, str) and exc_text.strip():
+        if isinstance(exc_text, str) and exc_text.strip() and not HANDLED_BY_RAY.search(message):
             block = [(lineno, text) for text in exc_text.splitlines()]
             failure = parse_failure(block, path)
             # One JSON record holds the whole traceback: its exception line is the excerpt.

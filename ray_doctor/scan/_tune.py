@@ -73,13 +73,26 @@ def read_tune_experiment(
         _ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None, with_params=not tree)
         for e in candidates
     ]
-    with _reading(storage, jobs, workers, cache) as outcomes:
-        records = _read_state_into(experiment, storage, state_entries, cache)
-        for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
-            by_dir[dirname] = trial
-            experiment.errors.extend(errors)
-            if progress:
-                progress(done, len(candidates))
+    records: list[TrialRecord] = []
+    interrupted = False
+    try:
+        with _reading(storage, jobs, workers, cache) as outcomes:
+            records = _read_state_into(experiment, storage, state_entries, cache)
+            for done, (dirname, trial, errors) in enumerate(outcomes, start=1):
+                by_dir[dirname] = trial
+                experiment.errors.extend(errors)
+                if progress:
+                    progress(done, len(candidates))
+    except KeyboardInterrupt:
+        # Ctrl-C: the trials read so far make a partial report (the caller exits 130).
+        interrupted = True
+        experiment.errors.append(
+            ScanError(
+                experiment.path,
+                f"interrupted after reading {len(by_dir)} of {len(candidates)} trial dirs: "
+                "the report covers those",
+            )
+        )
 
     paths = {e.name: storage.display(e.path) for e in candidates}
     claimed: set[str] = set()
@@ -89,12 +102,18 @@ def read_tune_experiment(
         if trial is not None:
             claimed.add(logdir)
             apply_record(trial, record)
+        elif interrupted:
+            continue  # its dir was not read: no rule may judge it by what is missing
         else:
             trial = trial_from_record(record, logdir or record.trial_id, paths.get(logdir or ""))
         experiment.trials.append(trial)
     # Dirs the state does not list: trials of an older run of this experiment, or every trial
     # when the state never reached storage.
     experiment.trials += [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    if interrupted:
+        for trial in experiment.trials:
+            complete_from_dir(trial)
+        raise ScanInterrupted(experiment)
     if tree is not None:
         dirs = {e.name: e.path for e in candidates}
         _read_missing_configs(storage, experiment, tree, dirs, workers)
@@ -236,14 +255,40 @@ def _reading(
         # fork: children inherit the imported modules and start in milliseconds. No threads
         # run at this point (the progress bar starts after the first result).
         processes = min(_cpus(), workers)
-        pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"))
+        pool = ProcessPoolExecutor(
+            processes,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_ignore_interrupts,
+        )
         # Few, large chunks: each task costs ~0.4 ms of queueing, more than reading a trial.
         chunk = max(1, len(jobs) // (processes * 4))
     else:
         pool = ThreadPoolExecutor(max_workers=max(1, workers))
         chunk = 1
-    with pool:
+    try:
         yield pool.map(read, jobs, chunksize=chunk)
+    except BaseException:
+        # Ctrl-C (or a failure) while reading: drop the reads not started instead of
+        # finishing them; each worker ends after the chunk it is in.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _ignore_interrupts() -> None:
+    """In a reader process: Ctrl-C is the parent's to handle (a terminal sends it to the
+    whole process group; a reader that took it would print a traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class ScanInterrupted(Exception):
+    """Ctrl-C while an experiment was read: what was read so far, for a partial report."""
+
+    def __init__(self, experiment: Experiment) -> None:
+        super().__init__(experiment.path)
+        self.experiment = experiment
 
 
 def _cpus() -> int:

@@ -18,9 +18,6 @@ from typing import Any
 
 from ray_doctor.model import Evidence
 from ray_doctor.smoke._model import (
-    DEFAULT_STAGES,
-    RELAUNCH_STAGES,
-    STAGES,
     RelaunchPlan,
     SmokeOptions,
     SmokeResult,
@@ -29,7 +26,8 @@ from ray_doctor.smoke._model import (
 )
 from ray_doctor.smoke._process import RunnerOutcome, interrupts_deferred, run_runner
 from ray_doctor.smoke._relaunch import RelaunchError, plan, verdict
-from ray_doctor.smoke._stages import token_available, token_mode_warning
+from ray_doctor.smoke.stages import default_stages, registry, titles
+from ray_doctor.smoke.stages.cluster import token_available, token_mode_warning
 
 # Ray's unix sockets live under its temp dir and must stay under ~107 bytes: a short dir of
 # its own under /tmp (Ray's own default place), whatever TMPDIR says.
@@ -52,9 +50,9 @@ def validate(options: SmokeOptions) -> None:
             f"--gpus {options.gpus} --workers {options.worker_count}: each worker needs whole "
             "GPUs (NCCL refuses two ranks on one GPU); use a --workers that divides --gpus"
         )
-    unknown = set(options.stages) - set(STAGES)
+    unknown = set(options.stages) - set(titles())
     if unknown:
-        raise SmokeFailure(f"unknown stage {sorted(unknown)[0]!r}; stages: {', '.join(STAGES)}")
+        raise SmokeFailure(f"unknown stage {sorted(unknown)[0]!r}; stages: {', '.join(titles())}")
     if "relaunch" in options.stages and options.relaunch is None:
         raise SmokeFailure("the relaunch stage needs --from, --trial and --entrypoint")
 
@@ -66,10 +64,6 @@ def plan_relaunch(
         return plan(experiment_dir, trial, entrypoint, iterations, logs)
     except RelaunchError as exc:
         raise SmokeFailure(str(exc)) from None
-
-
-def default_stages(relaunch: bool) -> tuple[str, ...]:
-    return RELAUNCH_STAGES if relaunch else DEFAULT_STAGES
 
 
 def run_smoke(
@@ -164,12 +158,14 @@ def assemble(options: SmokeOptions, outcome: RunnerOutcome, logs: list[str]) -> 
             running.discard(stage.name)
         elif kind == "start":
             running.add(event["stage"])
-            if event["stage"] == "device":  # one Tune run serves both
-                running.add("checkpoint")
+            declared = registry().get(event["stage"])
+            running.update(declared.reports if declared else ())  # one run serves them all
         elif kind == "ray":
             result.ray_version = event.get("version")
         elif kind == "environment":
-            result.environment = event["environment"]
+            result.environment.update(event["environment"])
+        elif kind == "api":  # which Ray API path the stages took (smoke/_compat.py)
+            result.environment["ray_api"] = event["api"]
         elif kind == "relaunch":
             facts = event["facts"]
     if facts is not None and options.relaunch is not None:
@@ -204,7 +200,7 @@ def assemble(options: SmokeOptions, outcome: RunnerOutcome, logs: list[str]) -> 
                 StageStatus.SKIP,
                 message=f"Not reached: the run {_ended_message(options, outcome)}.",
             )
-    result.stages = [by_name[name] for name in STAGES if name in by_name and name in options.stages]
+    result.stages = [by_name[n] for n in registry() if n in by_name and n in options.stages]
     return result
 
 
@@ -259,9 +255,6 @@ def _remove_own_experiments(options: SmokeOptions) -> None:
 
 
 __all__ = [
-    "DEFAULT_STAGES",
-    "RELAUNCH_STAGES",
-    "STAGES",
     "SmokeFailure",
     "SmokeOptions",
     "SmokeResult",

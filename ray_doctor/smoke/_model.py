@@ -21,18 +21,14 @@ class StageStatus(str, Enum):
     SKIP = "skip"  # not run: not selected, or a stage it needs did not pass
 
 
-# Stable stage names, in the order they run: JUnit test cases and `--stage` use them.
-STAGES: dict[str, str] = {
-    "cluster": "cluster resources satisfy the request",
-    "device": "devices visible, compute and memory headroom in a Tune trial",
-    "collective": "allreduce across a Ray Train worker group",
-    "checkpoint": "checkpoint save, report and restore through storage",
-    "port": "master port can be bound on every worker node",
-    "relaunch": "the failed trial's own config, re-run with its trainable",
-    "environment": "environment fingerprint of every node",
-}
-DEFAULT_STAGES = ("cluster", "device", "collective", "checkpoint", "port", "environment")
-RELAUNCH_STAGES = ("cluster", "relaunch", "environment")
+# The stages (names, titles, which run by default) are declared by their modules: see
+# ray_doctor/smoke/stages/__init__.py.
+
+
+def _default_stages() -> tuple[str, ...]:
+    from ray_doctor.smoke.stages import default_stages
+
+    return default_stages()
 
 
 DEFAULT_MASTER_PORT = 29500  # torch.distributed's default, what torchrun and most scripts use
@@ -67,7 +63,7 @@ class SmokeOptions:
     master_port: int = DEFAULT_MASTER_PORT
     master_port_from: str = "torch's default"
     memory_fraction: float = 0.5
-    stages: tuple[str, ...] = DEFAULT_STAGES
+    stages: tuple[str, ...] = field(default_factory=_default_stages)
     keep: bool = False
     relaunch: RelaunchPlan | None = None
     # Set by the parent for the runner:
@@ -111,7 +107,9 @@ class StageResult:
 
     @property
     def title(self) -> str:
-        return STAGES.get(self.name, self.name)
+        from ray_doctor.smoke.stages import titles
+
+        return titles().get(self.name, self.name)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -414,15 +414,19 @@ def _read_checkpoint(directory: str) -> dict[str, Any]:
     return result
 
 
-def make_smoke_trial(collector, gpus: int, fraction: float, cpu_cap_bytes: int):
+def make_smoke_trial(
+    collector, gpus: int, fraction: float, cpu_cap_bytes: int, report_module: str = "ray.tune"
+):
     """The Tune trainable of the device and checkpoint stages: probe the devices, then save a
     checkpoint and report it, which uploads it to the storage path. `restore_checkpoint`
-    then reads it back in another process."""
+    then reads it back in another process. `report_module` holds this Ray's `report` and
+    `Checkpoint` for function trainables (ray.tune from Ray 2.41, ray.train before)."""
 
     def ray_doctor_smoke(config):
+        import importlib
         import tempfile
 
-        from ray import tune
+        tune = importlib.import_module(report_module)
 
         started = time.perf_counter()
         device = device_probe(gpus, fraction, cpu_cap_bytes)

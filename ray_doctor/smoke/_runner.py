@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray_doctor.smoke._compat import RayApiMissing, detect, limitation, missing_ray_name
 from ray_doctor.smoke._model import SmokeOptions, StageResult, StageStatus
 
 EVENTS = "events.jsonl"
@@ -54,13 +55,23 @@ def timed(events: Events, name: str, fn, *args):
         result = fn(*args)
     except KeyboardInterrupt:
         raise
+    except RayApiMissing as exc:  # this Ray lacks what the stage needs: ray-doctor's limit
+        result = StageResult(name, StageStatus.ERROR, message=limitation(str(exc)))
+        result.details["missing_api"] = exc.piece
     except Exception as exc:
         text = error_text(exc)
-        result = StageResult(
-            name,
-            StageStatus.ERROR,
-            message=f"ray-doctor could not run this stage: {text.splitlines()[-1]}",
-        )
+        missing = missing_ray_name(text)
+        if missing is not None:  # a name ray-doctor used that this Ray does not have
+            import ray
+
+            why = f"Ray {ray.__version__} has no {missing}"
+            result = StageResult(name, StageStatus.ERROR, message=limitation(why))
+            result.details["missing_api"] = missing
+        else:
+            last = text.splitlines()[-1]
+            result = StageResult(
+                name, StageStatus.ERROR, message=f"ray-doctor could not run this stage: {last}"
+            )
         result.details["traceback"] = text
     if isinstance(result, StageResult) and not result.duration_s:
         result.duration_s = time.monotonic() - started
@@ -86,57 +97,84 @@ class Background:
 
 
 def run(options: SmokeOptions, events: Events) -> None:
-    from ray_doctor.smoke import _stages
+    """The selected stages, by their phase (smoke/stages/__init__.py)."""
+    from ray_doctor.smoke.stages import BACKGROUND, CONNECT, LAST, PROBES, _common, registry
 
     # The parent stops this process at --timeout; stages end a little earlier, so what they
     # found is reported rather than cut off.
-    ctx = _stages.Context(options, deadline=time.monotonic() + options.timeout_s - CHILD_MARGIN_S)
-    selected = set(options.stages)
-    cluster = timed(events, "cluster", _stages.connect, ctx)
-    events.stage(cluster)
-    if cluster.status != StageStatus.PASS:
-        return
-    events.emit(
-        "ray", version=cluster.details.get("ray_version"), address=cluster.details.get("address")
+    ctx = _common.Context(
+        options, deadline=time.monotonic() + options.timeout_s - CHILD_MARGIN_S, emit=events.emit
     )
-    _stages.ship_probes_by_value()
+    selected = set(options.stages)
+    chosen = [s for s in registry().values() if s.run is not None and s.wanted(selected)]
+    phase = {
+        name: [s for s in chosen if s.phase == name] for name in (CONNECT, BACKGROUND, PROBES, LAST)
+    }
+    for stage in phase[CONNECT]:
+        result = timed(events, stage.name, stage.run, ctx)
+        events.stage(result)
+        if result.status != StageStatus.PASS:
+            return
+    _common.ship_probes_by_value()
     # Importing Tune and Train takes seconds: it is part of their stages' time.
-    for name in ("device", "collective"):
-        if name in selected or (name == "device" and "checkpoint" in selected):
-            events.emit("start", stage=name)
-    _stages.import_ray_libraries(options)
-    probes = None
-    if {"port", "environment"} & selected:
-        probes = _stages.start_node_probes(ctx)
-    _stages.check_storage(ctx)
-    tune_job = train_job = None
-    if {"device", "checkpoint"} & selected:
-        tune_job = Background(timed, events, "device", _stages.tune_stages, ctx)
-    if "collective" in selected:
-        train_job = Background(timed, events, "collective", _stages.collective_stage, ctx)
-    if tune_job is not None:
-        results = tune_job.result()
-        if isinstance(results, StageResult):  # one ERROR result for both
-            results = (results, StageResult("checkpoint", results.status, message=results.message))
+    for stage in phase[BACKGROUND]:
+        events.emit("start", stage=stage.name)
+    pieces = frozenset().union(*(s.api for s in chosen))
+    _common.import_ray_libraries(pieces)
+    if pieces:
+        ctx.api = detect(pieces)
+        events.emit("api", api=ctx.api.to_json())
+    probes = _common.start_node_probes(ctx) if phase[PROBES] else None
+    _common.check_storage(ctx)
+    jobs = _start_background(phase[BACKGROUND], ctx, events)
+
+    def report(stage) -> None:
+        results = jobs[stage.name].result()
+        if isinstance(results, StageResult):
+            # One result (an ERROR) for every stage the run reports.
+            copies = (
+                StageResult(n, results.status, message=results.message) for n in stage.reports
+            )
+            results = (results, *copies)
         for result in results:
             if result.name in selected:
                 events.stage(result)
+
+    for stage in phase[BACKGROUND]:
+        if stage.before_probes:
+            report(stage)
     if probes is not None:
-        gathered = _stages.gather_probes(ctx, probes)
-        if "port" in selected:
-            events.stage(timed(events, "port", _stages.port_stage, ctx, gathered))
-        if "environment" in selected:
-            environment, facts = _stages.environment_stage(ctx, gathered)
-            events.emit("environment", environment=facts)
-            events.stage(environment)
-    if train_job is not None:
-        events.stage(train_job.result())
-    if "relaunch" in selected:
-        facts = timed(events, "relaunch", _stages.relaunch_run, ctx)
-        if isinstance(facts, StageResult):
-            events.stage(facts)
-        else:
-            events.emit("relaunch", facts=facts)
+        gathered = _common.gather_probes(ctx, probes)
+        for stage in phase[PROBES]:
+            events.stage(timed(events, stage.name, stage.run, ctx, gathered))
+    for stage in phase[BACKGROUND]:
+        if not stage.before_probes:
+            report(stage)
+    for stage in phase[LAST]:
+        result = timed(events, stage.name, stage.run, ctx)
+        if result is not None:
+            events.stage(result)
+
+
+def _start_background(stages, ctx, events) -> dict[str, Background]:
+    """Each stage's run in a thread. Runs that go through Tune's driver on this Ray
+    (`Stage.tune_driver`) go one after another: Tune's driver state (its trainable registry)
+    is not thread-safe, and two such runs started at once break each other (Ray 2.9, Train
+    V1: "dictionary changed size during iteration")."""
+    jobs: dict[str, Background] = {}
+    previous: Background | None = None
+    for stage in stages:
+        after = previous if stage.tune_driver(ctx.api) else None
+        jobs[stage.name] = Background(_after, after, timed, events, stage.name, stage.run, ctx)
+        if stage.tune_driver(ctx.api):
+            previous = jobs[stage.name]
+    return jobs
+
+
+def _after(previous: Background | None, fn, *args):
+    if previous is not None:
+        previous.result()
+    return fn(*args)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,8 @@ flipped, as storage that corrupts or mixes up files would.
 """
 
 from ray_doctor.smoke import SmokeOptions, _probes
-from ray_doctor.smoke._stages import Context, _checkpoint_result
+from ray_doctor.smoke.stages._common import Context
+from ray_doctor.smoke.stages.checkpoint import checkpoint_result
 
 RUN = {"seconds": 3.0, "finished": True, "out_of_time": False, "budget": 60, "trial_error": None}
 
@@ -20,7 +21,7 @@ def _check(tmp_path, corrupt: bool):
     restored = _probes._read_checkpoint(str(tmp_path))
     ctx = Context(SmokeOptions(), deadline=0, storage="s3://bucket/results")
     values = {"checkpoint_save": saved, "checkpoint_restore": restored}
-    return _checkpoint_result(ctx, values, RUN)
+    return checkpoint_result(ctx, values, RUN)
 
 
 def test_a_flipped_byte_is_caught(tmp_path):

@@ -4,13 +4,14 @@ that is neither a collective timeout nor an NCCL error."""
 from smoke_runs import REPO
 
 from ray_doctor.smoke._findings import classify
-from ray_doctor.smoke._stages import TRAIN_ERRORS_TABLES
+from ray_doctor.smoke.stages.collective import TRAIN_ERRORS_TABLES
 
 
 def test_a_wrong_sum_on_one_rank(smoke_cpu):
     """The real ranks of the CPU smoke, one value edited as a faulty link would leave it."""
     from ray_doctor.smoke import SmokeOptions
-    from ray_doctor.smoke._stages import Context, analyse_ranks
+    from ray_doctor.smoke.stages._common import Context
+    from ray_doctor.smoke.stages.collective import analyse_ranks
 
     ranks = [dict(r) for r in smoke_cpu.stage("collective")["details"]["ranks"]]
     ranks[1]["value"], ranks[1]["ok"] = 2.0, False

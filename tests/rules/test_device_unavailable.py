@@ -5,14 +5,15 @@ CPU-only torch build reports inside a trial that Ray gave a GPU.
 """
 
 from ray_doctor.smoke import SmokeOptions, _probes
-from ray_doctor.smoke._stages import Context, _device_result
+from ray_doctor.smoke.stages._common import Context
+from ray_doctor.smoke.stages.device import device_result
 
 RUN = {"seconds": 1.0, "finished": True, "out_of_time": False, "budget": 60, "trial_error": None}
 
 
 def _result(gpus: int):
     probe = _probes.device_probe(gpus, 0.5, 1 << 20)
-    return probe, _device_result(
+    return probe, device_result(
         Context(SmokeOptions(gpus=gpus), deadline=0), {"device": probe}, RUN
     )
 

@@ -5,7 +5,8 @@ machine is past it: what a node that is nearly full looks like to Ray's memory m
 """
 
 from ray_doctor.smoke import SmokeOptions, _probes
-from ray_doctor.smoke._stages import Context, _device_result
+from ray_doctor.smoke.stages._common import Context
+from ray_doctor.smoke.stages.device import device_result
 
 RUN = {"seconds": 1.0, "finished": True, "out_of_time": False, "budget": 60, "trial_error": None}
 
@@ -14,7 +15,7 @@ def _device(monkeypatch, threshold: str | None):
     if threshold is not None:
         monkeypatch.setenv("RAY_memory_usage_threshold", threshold)
     probe = _probes.device_probe(0, 0.5, 1 << 20)
-    return _device_result(Context(SmokeOptions(), deadline=0), {"device": probe}, RUN)
+    return device_result(Context(SmokeOptions(), deadline=0), {"device": probe}, RUN)
 
 
 def test_a_node_past_the_threshold_is_a_warning(monkeypatch):

@@ -1,5 +1,6 @@
 """resources-insufficient: a GPU trial on a CPU-only cluster, Tune and Train V2 (real runs)."""
 
+import pytest
 from conftest import FIXTURES, experiment_dir, findings_of, inspect_json
 
 
@@ -40,11 +41,13 @@ def test_near_miss_trials_queued_for_busy_cpus(fixtures):
     assert not findings_of(report, "resources-insufficient")
 
 
+@pytest.mark.ray_compat
 def test_smoke_gpu_request_on_a_cpu_only_cluster(smoke_no_gpu):
     (finding,) = smoke_no_gpu.findings("resources-insufficient")
     assert finding["evidence"][0]["path"].startswith("node ")
     assert "0 GPUs" in finding["evidence"][0]["excerpt"]
 
 
+@pytest.mark.ray_compat
 def test_smoke_near_miss_a_request_that_fits(smoke_cpu):
     assert not smoke_cpu.findings("resources-insufficient")

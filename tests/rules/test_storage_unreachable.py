@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -35,6 +36,7 @@ def test_near_miss_single_node_local_storage(fixtures):
     assert not findings_of(report, "storage-unreachable")
 
 
+@pytest.mark.ray_compat
 def test_smoke_names_a_storage_path_it_cannot_write(smoke_port_and_storage):
     run, _ = smoke_port_and_storage
     assert run.returncode == 1
@@ -45,5 +47,6 @@ def test_smoke_names_a_storage_path_it_cannot_write(smoke_port_and_storage):
     assert run.stage("checkpoint")["status"] == "fail"
 
 
+@pytest.mark.ray_compat
 def test_smoke_near_miss_a_writable_storage(smoke_cpu):
     assert not smoke_cpu.findings("storage-unreachable")

@@ -1,6 +1,9 @@
 """The default smoke in CPU mode, end to end through real Ray Tune and Ray Train."""
 
+import pytest
 from smoke_runs import assert_nothing_left
+
+pytestmark = pytest.mark.ray_compat  # and on older Rays: `make test-ray-compat`
 
 
 def test_every_stage_passes_on_the_cpu(smoke_cpu):
@@ -40,6 +43,13 @@ def test_device_and_environment_say_what_the_node_is(smoke_cpu):
     assert node["ray"] == smoke_cpu.report["target"]["ray_version"]
     assert node["torch"]["version"].startswith("2.")
     assert environment["driver"]["python"]
+
+
+def test_the_report_says_which_ray_api_was_used(smoke_cpu):
+    api = smoke_cpu.report["environment"]["ray_api"]
+    assert api["ray_version"] == smoke_cpu.report["target"]["ray_version"]
+    assert api["missing"] == {} and api["train"] in ("v1", "v2")
+    assert api["summary"] in smoke_cpu.stage("environment")["message"]
 
 
 def test_the_port_stage_checks_torchs_default_port(smoke_cpu):

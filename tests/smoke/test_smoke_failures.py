@@ -19,6 +19,7 @@ from smoke_runs import (
 )
 
 
+@pytest.mark.ray_compat
 def test_gpus_on_a_machine_without_gpus_fails_fast(smoke_no_gpu):
     assert smoke_no_gpu.returncode == 1
     (finding,) = smoke_no_gpu.findings("resources-insufficient")
@@ -29,6 +30,7 @@ def test_gpus_on_a_machine_without_gpus_fails_fast(smoke_no_gpu):
     assert_nothing_left(smoke_no_gpu)
 
 
+@pytest.mark.ray_compat
 def test_an_unreachable_address_could_not_start(smoke_unreachable):
     assert smoke_unreachable.returncode == 2
     (finding,) = smoke_unreachable.findings("cluster-unreachable")

@@ -11,6 +11,8 @@ from conftest import experiment_dir, run_cli, validate
 from ray_doctor.smoke import SmokeFailure, SmokeOptions, plan_relaunch
 from ray_doctor.smoke._resources import NodeResources, place
 
+pytestmark = pytest.mark.ray_compat  # no Ray: cheap everywhere, and imports smoke on each Ray
+
 
 def _node(name: str, **resources: float) -> NodeResources:
     return NodeResources(name, f"10.0.0.{len(name)}", name, resources)
@@ -107,3 +109,45 @@ def test_options_round_trip_through_the_runner_file():
     options = SmokeOptions(gpus=2, workers=2, stages=("cluster", "collective"))
     assert SmokeOptions.from_json(json.loads(json.dumps(options.to_json()))) == options
     assert options.gpus_per_worker == 1.0
+
+
+def test_the_stages_are_what_their_modules_declare():
+    from ray_doctor.smoke import default_stages, titles
+
+    assert default_stages(False) == (
+        "cluster", "device", "collective", "checkpoint", "port", "environment",
+    )  # fmt: skip
+    assert default_stages(True) == ("cluster", "relaunch", "environment")
+    assert list(titles()) == [
+        "cluster", "device", "collective", "checkpoint", "port", "relaunch", "environment",
+    ]  # fmt: skip
+
+
+NEW_STAGE = """
+from ray_doctor.smoke._model import StageResult, StageStatus
+from ray_doctor.smoke.stages import LAST, Stage
+
+
+def run(ctx):
+    return StageResult("hello", StageStatus.PASS, message="hello from a new stage")
+
+
+STAGE = Stage("hello", "a stage a newcomer added", position=7, run=run, phase=LAST)
+"""
+
+
+def test_a_new_stage_is_one_module(tmp_path, monkeypatch):
+    # A module dropped beside the others (here: a second folder of the package) is a stage:
+    # listed, accepted by --stage, titled in the report, run by the runner's LAST phase.
+    from ray_doctor.smoke import stages, titles, validate
+
+    (tmp_path / "hello.py").write_text(NEW_STAGE)
+    monkeypatch.setattr(stages, "__path__", [*stages.__path__, str(tmp_path)])
+    stages.registry.cache_clear()
+    try:
+        assert list(titles())[-1] == "hello"
+        validate(SmokeOptions(stages=("cluster", "hello")))
+        assert stages.registry()["hello"].run(None).title == "a stage a newcomer added"
+        assert "hello" not in stages.default_stages()
+    finally:
+        stages.registry.cache_clear()
