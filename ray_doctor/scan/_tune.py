@@ -269,8 +269,10 @@ def _reading(
         yield pool.map(read, jobs, chunksize=chunk)
     except BaseException:
         # Ctrl-C (or a failure) while reading: drop the reads not started instead of
-        # finishing them; each worker ends after the chunk it is in.
-        pool.shutdown(wait=False, cancel_futures=True)
+        # finishing them. Reader processes are waited for (each ends after the chunk it is
+        # in): a forked reader left behind would hold the caller's stdout open. Threads are
+        # not: a read in flight on a slow object store ends with the process.
+        pool.shutdown(wait=local, cancel_futures=True)
         raise
     pool.shutdown()
 
