@@ -48,6 +48,11 @@ class Verdict:
     def __post_init__(self) -> None:
         self.min_severity = Severity(self.min_severity).value  # a bad value fails at once
 
+    def shippable(self) -> Verdict:
+        """The options alone, for a callback Ray pickles (Tune's tuner.pkl, Train's
+        controller): a stream does not pickle, and the timings belong to this process."""
+        return Verdict(self.report_path, self.min_severity, self.quiet_if_healthy)
+
     def say(self, lines: list[str]) -> None:
         """Print lines; a closed or broken stream loses them rather than raising."""
         if not lines:

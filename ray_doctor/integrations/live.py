@@ -47,6 +47,10 @@ REFUSED = (
 )
 
 
+# How a refused token reads in the Jobs client's error: an HTTP 401 / 403 or its words.
+REFUSAL = re.compile(r"(?i)\b(401|403)\b|unauthori[sz]ed|authentication")
+
+
 class LiveFailure(Exception):
     """The cluster cannot be inspected (unreachable, no state API, no such job): one line."""
 
@@ -120,7 +124,8 @@ def _jobs_client(base: str):
     try:
         return JobSubmissionClient(base)
     except Exception as exc:  # ConnectionError, a refused token, a non-Ray server
-        if re.search(r"(?i)401|403|unauthori[sz]ed|authentication", str(exc)):
+        # The address is left out of the text first: a port such as 34037 holds "403".
+        if REFUSAL.search(str(exc).replace(base, "")):
             raise LiveFailure(f"the Ray dashboard at {base} {REFUSED}") from None
         raise LiveFailure(f"cannot reach the Ray dashboard at {base}: {_first_line(exc)}") from None
 

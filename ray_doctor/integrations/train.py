@@ -55,9 +55,7 @@ class _TrainDiagnosis:
     def __getstate__(self) -> dict[str, Any]:
         # Ray ships the callback to the Train controller: a stream does not pickle.
         state = dict(self.__dict__)
-        state["verdict"] = Verdict(
-            self.verdict.report_path, self.verdict.min_severity, self.verdict.quiet_if_healthy
-        )
+        state["verdict"] = self.verdict.shippable()
         return state
 
     @property

@@ -48,9 +48,7 @@ class _TuneDiagnosis:
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its run config (tuner.pkl): a stream does not pickle, the cache need not.
         state = dict(self.__dict__)
-        state["verdict"] = Verdict(
-            self.verdict.report_path, self.verdict.min_severity, self.verdict.quiet_if_healthy
-        )
+        state["verdict"] = self.verdict.shippable()
         state["_cache"] = None
         return state
 

@@ -184,3 +184,22 @@ def test_an_unreachable_dashboard_is_one_line_and_exit_2():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach the Ray dashboard" in lines[0], proc.stderr
+
+
+def test_a_port_that_reads_like_an_http_status_is_not_a_refused_token():
+    """Port 403xx holds "403": an unreachable dashboard there is unreachable, not refused."""
+    port = next(p for p in range(40300, 40400) if _port_is_free(p))
+    proc = run_cli("inspect", "--address", f"http://127.0.0.1:{port}")
+    assert proc.returncode == 2
+    assert "cannot reach the Ray dashboard" in proc.stderr and "token" not in proc.stderr
+
+
+def _port_is_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
