@@ -211,16 +211,43 @@ def _best(runs: int, command: list[str]) -> tuple[float, float]:
     return min(r[0] for r in results), max(r[1] for r in results)
 
 
-def compare(label: str, exp: Path, logs: Path | None, runs: int, anchor_runs: int) -> None:
+# Runs `ray-doctor` from another copy of the package (`--before DIR`: DIR holds ray_doctor/).
+FROM_DIR = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); sys.argv[0] = 'ray-doctor'; "
+    "from ray_doctor._cli import main; main()"
+)
+
+
+def compare(
+    label: str,
+    exp: Path,
+    logs: Path | None,
+    runs: int,
+    anchor_runs: int,
+    before: Path | None = None,
+) -> None:
     python = sys.executable
-    doctor = [python, "-m", "ray_doctor", "inspect", "--format", "json", "-q", str(exp)]
+    args = ["inspect", "--format", "json", "-q", str(exp)]
     if logs:
-        doctor += ["--logs", str(logs)]
+        args += ["--logs", str(logs)]
+    doctor = [python, "-m", "ray_doctor", *args]
     floor = [python, "-c", FLOOR, str(exp), *([str(logs)] if logs else [])]
     size = _size_mb(exp) + (_size_mb(logs) if logs else 0)
-    print(f"{label} ({size:.0f} MB)", flush=True)
-    wall, rss = _best(runs, doctor)
+    load = os.getloadavg()[0]
+    print(f"{label} ({size:.0f} MB, load {load:.1f})", flush=True)
+    if before is None:
+        wall, rss = _best(runs, doctor)
+    else:  # interleaved, so both see the same load
+        old_cmd = [python, "-c", FROM_DIR, str(before), *args]
+        pairs = [(measure(old_cmd), measure(doctor)) for _ in range(runs)]
+        old_wall = min(p[0][0] for p in pairs)
+        old_rss = max(p[0][1] for p in pairs)
+        wall = min(p[1][0] for p in pairs)
+        rss = max(p[1][1] for p in pairs)
     floor_wall, floor_rss = _best(runs, floor)
+    if before is not None:
+        print(f"  ray-doctor inspect (--before):     {old_wall:7.2f} s  {old_rss:6.0f} MB peak RSS")
+        print(f"  --before / floor: {old_wall / floor_wall:.1f}x")
     print(f"  ray-doctor inspect:                {wall:7.2f} s  {rss:6.0f} MB peak RSS")
     print(f"  plain-Python floor:                {floor_wall:7.2f} s  {floor_rss:6.0f} MB peak RSS")
     print(f"  ray-doctor / floor: {wall / floor_wall:.1f}x (target <= 3x)")
@@ -228,6 +255,9 @@ def compare(label: str, exp: Path, logs: Path | None, runs: int, anchor_runs: in
         anchor_wall, anchor_rss = _best(anchor_runs, [python, "-c", ANCHOR, str(exp)])
         print(f"  ExperimentAnalysis + dataframe():  {anchor_wall:7.2f} s  {anchor_rss:6.0f} MB")
         print(f"  speed-up: {anchor_wall / wall:.1f}x (target >= 20x)", flush=True)
+        if before is not None:
+            print(f"  --before speed-up: {anchor_wall / old_wall:.1f}x", flush=True)
+    print(f"  (load {os.getloadavg()[0]:.1f} at the end)", flush=True)
 
 
 def main() -> None:
@@ -238,7 +268,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="best wall time of this many")
     parser.add_argument("--anchor-runs", type=int, default=1, help="0 skips ExperimentAnalysis")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a dir holding another ray_doctor package (e.g. `git archive main ray_doctor` "
+        "unpacked): timed too, interleaved with this one",
+    )
+    parser.add_argument("--only-logs", action="store_true", help="just the --logs comparison")
     args = parser.parse_args()
+    if args.before is not None:
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(args.before / "ray_doctor")], check=True
+        )
     # Run from compiled bytecode, as after a wheel install (see bench_inspect.py).
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "ray_doctor")], check=True)
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
@@ -249,11 +290,16 @@ def main() -> None:
             dest = args.workdir / f"failing_{trials}x{iterations}_{share:g}" / "failing_exp"
             exp = build(dest, trials, iterations, share)
             first = first or exp
+            if args.only_logs:
+                break
             label = f"{trials:,} trials x {iterations} iterations, {share:.0%} errored"
-            compare(label, exp, None, args.runs, args.anchor_runs)
+            compare(label, exp, None, args.runs, args.anchor_runs, args.before)
+        if args.only_logs:
+            break
     if args.logs_mb and first is not None:
         logs = build_logs(args.workdir / f"session_{args.logs_mb}mb" / "logs", args.logs_mb)
-        compare(f"{first.parent.name} with --logs {args.logs_mb} MB", first, logs, args.runs, 0)
+        label = f"{first.parent.name} with --logs {args.logs_mb} MB"
+        compare(label, first, logs, args.runs, 0, args.before)
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
 
 

@@ -10,8 +10,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
+
+from ray_doctor._literals import may_match
 
 
 class Layout(str, Enum):
@@ -51,7 +53,7 @@ def one_line(text: str, limit: int = MAX_EXCERPT) -> str:
     return ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Evidence:
     """A pointer into the inspected data: which file, which line, what it said (one line)."""
 
@@ -64,7 +66,7 @@ class Evidence:
             object.__setattr__(self, "excerpt", one_line(self.excerpt))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Frame:
     """One traceback frame."""
 
@@ -80,7 +82,7 @@ def _per_line(pattern: re.Pattern[str]) -> re.Pattern[str]:
     return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
 
 
-@dataclass
+@dataclass(slots=True)
 class Failure:
     """One failure: a `Failure # N` block of error.txt, or a traceback found in a log."""
 
@@ -99,10 +101,18 @@ class Failure:
     # consecutive lines starts: blocks are capped to their head and tail, so there can be two.
     line_map: list[tuple[int, int]] = field(default_factory=list)
 
-    @cached_property
+    # `_joined`'s cache: a field set in __init__, so every Failure's attribute dict has the
+    # same keys from the start (a key added later, as cached_property does, grew each dict).
+    _joined_text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
     def _joined(self) -> str:
-        """The block's lines joined by newlines (the lines `lines()` yields)."""
-        return "\n".join(self.text.splitlines())
+        """The block's lines joined by newlines (the lines `lines()` yields): `text` itself,
+        not a copy, when splitting and joining gives it back (the scan joins with newlines)."""
+        if self._joined_text is None:
+            joined = "\n".join(self.text.splitlines())
+            self._joined_text = self.text if joined == self.text else joined
+        return self._joined_text
 
     @property
     def summary(self) -> str:
@@ -124,7 +134,10 @@ class Failure:
         # One search of the whole block first: most signatures are absent, and a failing
         # sweep asks every failure about every signature (a line-by-line walk each time cost
         # 17 s on 5,000 failed trials). In MULTILINE mode a match within a line is also a
-        # match in the block, so a miss here is a miss on every line.
+        # match in the block, so a miss here is a miss on every line. Before that, a literal
+        # the pattern cannot match without (`_literals.needles`) is looked for with `in`.
+        if not may_match(pattern, self._joined):
+            return None
         if not _per_line(pattern).search(self._joined):
             return None
         path = self.source.path if self.source else ""
@@ -135,7 +148,7 @@ class Failure:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Restart:
     """A point in result.json where a trial started over (iterations_since_restore back to 1)."""
 
@@ -150,7 +163,7 @@ class Restart:
         return max(0, self.from_iteration - self.to_iteration + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NonFinite:
     """A reported metric that became NaN or +/-Infinity."""
 
@@ -161,7 +174,7 @@ class NonFinite:
     rows: int  # rows (of the ones examined) where this metric was non-finite
 
 
-@dataclass
+@dataclass(slots=True)
 class History:
     """What a trial's result.json (or progress.csv) says, summarised in one streaming pass."""
 
@@ -185,7 +198,7 @@ class History:
     truncated_tail: bool = False  # the last line was cut off mid-write
 
 
-@dataclass
+@dataclass(slots=True)
 class Checkpoint:
     """A checkpoint dir on storage, or one the experiment's records name."""
 
@@ -197,7 +210,7 @@ class Checkpoint:
     metrics: dict[str, Any] = field(default_factory=dict)  # Train V2 snapshot metrics
 
 
-@dataclass
+@dataclass(slots=True)
 class Trial:
     trial_id: str
     name: str  # the trial dir name, or the trial id when it never got a dir
@@ -237,7 +250,7 @@ class Trial:
         return existing[-1] if existing else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogEvent:
     """A notable line in a log: an error line, a Tune status line, a kill notice."""
 

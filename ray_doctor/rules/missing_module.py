@@ -5,7 +5,14 @@ from __future__ import annotations
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, signatures, texts_of, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    live,
+    signatures,
+    texts_of,
+    wording,
+)
 
 MISSING = signatures(
     wording(
@@ -68,8 +75,10 @@ class MissingModule(SignatureRule):
         # 'a.b'" therefore says `a` was imported: the package is there and lacks `b` (a
         # version or API mismatch, or a local file `a.py` shadowing it: "'a' is not a
         # package"), which installing `a` does not fix.
-        for text in texts_of(experiment, failure):
-            for sig in MISSING:
+        texts = texts_of(experiment, failure)
+        table = live(MISSING, "\n".join(texts))  # the signatures that may match at all
+        for text in texts:
+            for sig in table:
                 found = sig.pattern.search(text)
                 if found:
                     return "." in found.group(1) or "is not a package" in text

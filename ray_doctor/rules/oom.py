@@ -15,6 +15,8 @@ from ray_doctor.rules._memory_hog import describe, os_victim
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
+    any_line,
+    event_lines,
     first_group,
     first_match,
     hit_text,
@@ -369,7 +371,8 @@ OTHER_DEATH = re.compile(
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
     if failure is not None and search(RAY_MONITOR, failure):
         return True
-    return any(sig.pattern.search(event.line) for event in experiment.events for sig in RAY_MONITOR)
+    lines, joined = event_lines(experiment.events)
+    return any(any_line(sig.pattern, lines, joined) for sig in RAY_MONITOR)
 
 
 class OomRayMemoryMonitor(SignatureRule):
@@ -556,16 +559,18 @@ class OomKilledByOs(SignatureRule):
         # Ray's "worker died" texts say SIGKILL or a crash; when the text shows a crash and
         # nothing shows memory running out, it was the crash.
         texts = texts_of(experiment, failure)
-        confirmed = any(sig.pattern.search(t) for t in texts for sig in OS_KILL_CONFIRMED)
-        return not confirmed and any(OTHER_DEATH.search(t) for t in texts)
+        joined = "\n".join(texts)
+        confirmed = any(any_line(sig.pattern, texts, joined) for sig in OS_KILL_CONFIRMED)
+        return not confirmed and any_line(OTHER_DEATH, texts, joined)
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)
         texts = [hit_text(hit), *(e.line for e in experiment.events)]
+        joined = "\n".join(texts)
         confirmed = next(
-            (sig for sig in OS_KILL_CONFIRMED for t in texts if sig.pattern.search(t)), None
+            (sig for sig in OS_KILL_CONFIRMED if any_line(sig.pattern, texts, joined)), None
         )
-        victim = os_victim(experiment, "\n".join(texts))
+        victim = os_victim(experiment, joined)
         said_by = MEMORY_WITNESS.get(confirmed.label) if confirmed is not None else None
         if said_by is not None:
             message = f"{who}'s process was killed because memory ran out ({said_by})."

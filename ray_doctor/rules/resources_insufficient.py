@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ray_doctor._literals import may_match
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
@@ -195,7 +196,10 @@ class ResourcesInsufficient(SignatureRule):
         # Ray 1.x printed "cannot be scheduled right now" for requests the node could hold
         # (a scheduler race): when the node's remaining resources cover every requested one,
         # the numbers say it was not short.
-        for text in texts_of(experiment, failure):
+        texts = texts_of(experiment, failure)
+        if not may_match(PLACEMENT, "\n".join(texts)):
+            return False
+        for text in texts:
             placement = PLACEMENT.search(text)
             if placement and _covered(placement["required"], placement["remaining"]):
                 return True

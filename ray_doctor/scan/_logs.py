@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
 
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
@@ -337,20 +338,47 @@ class _TextLogParser:
         self.error_lines = 0
         self.hot: bool | None = None  # the current line holds a cause word (batch-computed)
 
-    def feed(self, text_line: TextLine, hot: bool | None = None) -> None:
-        self.hot = hot
-        lineno = text_line.lineno
-        line = text_line.text
+    @staticmethod
+    def _prepare(text: str) -> tuple[str, str | None] | None:
+        """A line without Ray's dedup suffix and worker prefix, and the worker's pid when
+        there was one; None for ray-doctor's own lines."""
+        line = text
         if "[repeated " in line:  # a 200 MB session log has millions of plain lines
             line = DEDUP_SUFFIX.sub("", line)
-        self.record_start = text_line.prefixed
         prefix = WORKER_PREFIX.match(line)
         pid = None  # set when the driver forwarded a worker's line
         if prefix:
             pid = prefix["pid"]
             line = line[prefix.end() :]
         if line.startswith(OWN_LINE_PREFIX):
+            return None
+        return line, pid
+
+    def idle(self) -> bool:
+        """No traceback open and no room for events: only a line that opens a traceback can
+        change anything (the context kept for it aside)."""
+        return self.block is None and len(self.result.events) >= MAX_EVENTS_PER_FILE
+
+    def skip(self, lines: list[TextLine]) -> None:
+        """What feeding `lines` does while `idle()` when none of them can open a traceback
+        (see `may_open`): only the context of the last non-empty lines moves on."""
+        last: list[str] = []
+        for text_line in reversed(lines):
+            prepared = self._prepare(text_line.text)
+            if prepared is not None and prepared[0].strip():
+                last.append(prepared[0])
+                if len(last) == self.context.maxlen:
+                    break
+        self.context.extend(reversed(last))
+
+    def feed(self, text_line: TextLine, hot: bool | None = None) -> None:
+        self.hot = hot
+        lineno = text_line.lineno
+        self.record_start = text_line.prefixed
+        prepared = self._prepare(text_line.text)
+        if prepared is None:
             return
+        line, pid = prepared
         if self.block is not None and self._continues(lineno, line):
             if text_line.rank is not None:
                 self.ranks_seen.add(text_line.rank)
@@ -461,6 +489,13 @@ class _TextLogParser:
                 LogEvent(kind, evidence, trial, int(pid) if pid else None, text)
             )
 
+    def full(self) -> bool:
+        """Both caps reached: no later line can add an event or a failure."""
+        return (
+            len(self.result.events) >= MAX_EVENTS_PER_FILE
+            and len(self.result.failures) >= MAX_FAILURES_PER_FILE
+        )
+
     def finish(self) -> LogResult:
         if self.block is not None:
             self._close()
@@ -483,25 +518,51 @@ def parse_text_log(
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
     for batch in _batches(_chain(head, logical)):
-        for line, hot in zip(batch, hot_lines([line.text for line in batch]), strict=True):
-            parser.feed(line, hot)
+        if len(parser.result.events) >= MAX_EVENTS_PER_FILE:
+            # Cause words only decide which lines become events, and this file has all it
+            # keeps: a 100 MB raylet.out reaches that in its first few percent. From then on
+            # only a traceback can add anything, and runs of lines that cannot start one
+            # are passed over whole.
+            start = 0
+            while start < len(batch):
+                if parser.idle():
+                    opener = _first_opener(batch, start)
+                    parser.skip(batch[start:opener])
+                    start = opener
+                    if start == len(batch):
+                        break
+                parser.feed(batch[start])
+                start += 1
+        else:
+            for line, hot in zip(batch, hot_lines([line.text for line in batch]), strict=True):
+                parser.feed(line, hot)
+        if parser.full():
+            break  # nothing more can be kept from this file: the rest cannot change the result
     return parser.finish()
 
 
+IDENTIFIER_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+
+
+def _first_opener(batch: list[TextLine], start: int) -> int:
+    """The index of the first line from `start` that might open a traceback (len(batch):
+    none). A superset of `_TextLogParser.feed`'s tests: "Traceback (most recent call last)",
+    a frame (`  File "...`), or an exception line standing alone, which starts with a name
+    (with no worker prefix, so the line's own first character)."""
+    for index in range(start, len(batch)):
+        text = batch[index].text
+        if text[:1] in IDENTIFIER_START or 'File "' in text or "Traceback (" in text:
+            return index
+    return len(batch)
+
+
 def _batches(lines: Iterator[TextLine], size: int = HOT_BATCH) -> Iterator[list[TextLine]]:
-    batch: list[TextLine] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
+    while batch := list(islice(lines, size)):  # islice: no Python step per line
         yield batch
 
 
 def _chain(head: list[TextLine], rest: Iterator[TextLine]) -> Iterator[TextLine]:
-    yield from head
-    yield from rest
+    return chain(head, rest)
 
 
 def parse_json_log(lines: Iterable[str], path: str) -> LogResult:

@@ -1,0 +1,124 @@
+"""Literal strings a regex cannot match without: a `str.find` prefilter for signature searches.
+
+A failing sweep asks every failure about every signature of every rule (125 patterns per
+failure, 5,000 failures at 10,000 trials x 50 % errored): most patterns are absent, and
+proving that with `re.search` over a whole traceback costs ~15-20 us each, where looking
+for a literal the pattern requires costs well under one. `needles(pattern)` reads the
+pattern's parse tree once and returns strings one of which every match contains; a text
+holding none of them cannot match, so skipping the search changes no result. Anything the
+walk does not understand gives no needles (the search then runs as before).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any
+
+try:  # Python 3.11+
+    from re import _constants as _c  # type: ignore[attr-defined]
+    from re import _parser as _p  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _c  # type: ignore[no-redef]
+    import sre_parse as _p  # type: ignore[no-redef]
+
+_LITERAL = _c.LITERAL
+_SUBPATTERN = _c.SUBPATTERN
+_BRANCH = _c.BRANCH
+_REPEATS = tuple(
+    getattr(_c, name)
+    for name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+    if hasattr(_c, name)
+)
+_ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
+
+Needles = tuple[str, ...]
+
+
+def _best(candidates: list[Needles]) -> Needles | None:
+    """The candidate whose shortest needle is longest (the most selective), fewer needles first."""
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (min(len(n) for n in c), -len(c)))
+
+
+def _walk(items: Any) -> Needles | None:
+    """Needles of a parsed sequence: runs of literal characters, and what groups, repeats of
+    at least one and alternations (every branch with needles) require."""
+    candidates: list[Needles] = []
+    run: list[str] = []
+
+    def close() -> None:
+        if run:
+            candidates.append(("".join(run),))
+            run.clear()
+
+    for op, av in items:
+        if op is _LITERAL:
+            run.append(chr(av))
+            continue
+        close()
+        if op is _SUBPATTERN:
+            _group, add_flags, del_flags, sub = av
+            if not add_flags and not del_flags:  # a scoped flag (?i:...) changes the case rule
+                found = _walk(sub)
+                if found:
+                    candidates.append(found)
+        elif op in _REPEATS:
+            low, _high, sub = av
+            if low >= 1:
+                found = _walk(sub)
+                if found:
+                    candidates.append(found)
+        elif op is _BRANCH:
+            branches = [_walk(branch) for branch in av[1]]
+            if branches and all(branches):
+                candidates.append(tuple(dict.fromkeys(n for b in branches for n in b)))  # type: ignore[union-attr]
+        elif _ATOMIC is not None and op is _ATOMIC:
+            found = _walk(av)
+            if found:
+                candidates.append(found)
+        # Anything else (classes, anchors, look-arounds, backreferences) ends the run and
+        # requires nothing we can name.
+    close()
+    return _best(candidates)
+
+
+@lru_cache(maxsize=1024)
+def needles(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
+    """(strings one of which every match of `pattern` contains, whether to look for them
+    case-blind), or None when there are none to be sure of."""
+    if not isinstance(pattern.pattern, str):
+        return None
+    try:
+        parsed = _p.parse(pattern.pattern, pattern.flags)
+        found = _walk(parsed)
+        flags = parsed.state.flags
+    except Exception:  # a prefilter never stands in the way of the search
+        return None
+    if not found or not all(found):
+        return None
+    blind = bool(flags & re.IGNORECASE)
+    if blind:
+        # Case-blind needles are looked for in the lowered text, which is exact for ASCII
+        # only (Unicode case folding has pairs like "k" / KELVIN SIGN).
+        if not all(n.isascii() for n in found):
+            return None
+        found = tuple(dict.fromkeys(n.lower() for n in found))
+    return found, blind
+
+
+def may_match(pattern: re.Pattern[str], text: str) -> bool:
+    """False only when `pattern` cannot match anywhere in `text`."""
+    found = needles(pattern)
+    if found is None:
+        return True
+    strings, blind = found
+    if blind:
+        if not text.isascii():  # O(1): CPython knows a string's widest character
+            return True
+        text = text.lower()  # few patterns are case-blind: not worth keeping a lowered copy
+    for needle in strings:  # noqa: SIM110 - a loop, not any(): 600,000 calls on a failing sweep
+        if needle in text:
+            return True
+    return False
