@@ -12,6 +12,7 @@ walk does not understand gives no needles (the search then runs as before).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Any
 
@@ -108,6 +109,20 @@ def needles(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
     return found, blind
 
 
+# The last long text lowered: the rules ask one joined text (a session's kept log lines, MBs)
+# about each case-blind pattern in turn.
+_LOWERED: list[str] = ["", ""]
+LONG_TEXT = 4096
+
+
+def _lowered(text: str) -> str:
+    if len(text) < LONG_TEXT:
+        return text.lower()
+    if _LOWERED[0] is not text:
+        _LOWERED[:] = [text, text.lower()]
+    return _LOWERED[1]
+
+
 def may_match(pattern: re.Pattern[str], text: str) -> bool:
     """False only when `pattern` cannot match anywhere in `text`."""
     found = needles(pattern)
@@ -117,8 +132,36 @@ def may_match(pattern: re.Pattern[str], text: str) -> bool:
     if blind:
         if not text.isascii():  # O(1): CPython knows a string's widest character
             return True
-        text = text.lower()  # few patterns are case-blind: not worth keeping a lowered copy
+        text = _lowered(text)
     for needle in strings:  # noqa: SIM110 - a loop, not any(): 600,000 calls on a failing sweep
         if needle in text:
             return True
     return False
+
+
+def lines_that_may_match(
+    pattern: re.Pattern[str], joined: str, starts: list[int], lowered: str | None = None
+) -> list[int] | None:
+    """Indices of the lines of `joined` (lines joined by newlines, each starting at
+    `starts[i]`) that may hold a match, ascending; None when the pattern has no needles to
+    look for (every line may). One `str.find` sweep per needle over the whole text instead of
+    a test per line and pattern. `lowered`: `joined.lower()`, when the caller has it."""
+    found = needles(pattern)
+    if found is None:
+        return None
+    strings, blind = found
+    if blind:
+        if not joined.isascii():
+            return None
+        text = _lowered(joined) if lowered is None else lowered
+    else:
+        text = joined
+    hits: set[int] = set()
+    for needle in strings:
+        at = text.find(needle)
+        while at != -1:
+            index = bisect_right(starts, at) - 1
+            hits.add(index)
+            # On to the next line: the rest of this one is already a candidate.
+            at = text.find(needle, starts[index + 1]) if index + 1 < len(starts) else -1
+    return sorted(hits)

@@ -12,13 +12,16 @@ from ray_doctor._literals import may_match, needles
 from ray_doctor.model import Failure
 from ray_doctor.rules import INSPECT_RULES
 from ray_doctor.rules._signature import Signature
+from ray_doctor.scan._logs import EVENT_PATTERNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _patterns() -> list[re.Pattern[str]]:
-    """Every signature's pattern, and every pattern or signature table a rule module holds."""
+    """Every signature's pattern, every pattern or signature table a rule module holds, and
+    the log reader's event patterns."""
     found = {sig.pattern for rule in INSPECT_RULES for sig in getattr(rule, "wordings", tuple)()}
+    found |= {event.pattern for event in EVENT_PATTERNS}  # the log reader filters them too
     for name, module in list(sys.modules.items()):
         if not name.startswith("ray_doctor.rules"):
             continue

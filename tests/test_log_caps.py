@@ -3,9 +3,12 @@ traceback (`scan/_logs.py`): it must find what feeding every line finds."""
 
 from __future__ import annotations
 
+from ray_doctor.scan._linesource import LineSource
 from ray_doctor.scan._logs import (
+    MACHINE_OPENERS,
     MAX_EVENTS_PER_FILE,
     MAX_FAILURES_PER_FILE,
+    PASTED_OPENERS,
     _TextLogParser,
     parse_text_log,
 )
@@ -82,3 +85,60 @@ def test_a_file_stops_once_both_caps_are_reached():
     slow = _every_line(lines, "raylet.out")
     assert len(fast.failures) == MAX_FAILURES_PER_FILE
     assert _summary(fast) == _summary(slow)
+
+
+def _chunks(data: bytes, size: int):
+    return (data[i : i + size] for i in range(0, len(data), size))
+
+
+def _stored(lines: list[str], path: str, pasted: bool, chunk: int):
+    """The file read as `read_log_file` reads it: raw chunks, jumps in the bytes."""
+    data = "\n".join(lines).encode() + b"\n"
+    source = LineSource(_chunks(data, chunk), PASTED_OPENERS if pasted else MACHINE_OPENERS)
+    return parse_text_log(source, path, pasted=pasted), source
+
+
+PASTED_TAIL = [
+    "\x1b[31mTraceback (most recent call last):\x1b[0m",
+    "  File &quot;train.py&quot;, line 3, in f",
+    "\x1b[31mValueError: coloured\x1b[0m",
+    PLAIN,
+    '{"log": "Traceback (most recent call last):\\n  File \\"j.py\\", line 1, in g\\nKeyError: 7"}',
+    PLAIN,
+    "2026-11-22T06:31:39.836Z stdout F RuntimeError: behind a collector's prefix",
+    PLAIN + "\r",
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "r.py", line 5, in step',
+    "[rank1]: torch.distributed.DistBackendError: NCCL error",
+]
+
+
+def test_jumping_in_the_bytes_finds_what_feeding_every_line_finds():
+    # Chunks of 997 bytes put needles, line ends and CRLFs across chunk boundaries.
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + _tail() + [PLAIN] * 2000 + PASTED_TAIL
+    for pasted in (False, True):
+        padded = lines + [PLAIN] * 20_000 if pasted else lines  # past the head read whole
+        stored, source = _stored(padded, "raylet.out", pasted, chunk=997)
+        fed = parse_text_log(padded, "raylet.out", pasted=pasted)
+        assert _summary(stored) == _summary(fed)
+        assert len(stored.failures) >= 5
+        assert source.lines_passed_over > 5_000  # it did jump, over the runs of plain lines
+
+
+def test_the_context_before_a_jump_still_names_the_failure():
+    # The line saying which trial failed sits just before the traceback, past the event cap:
+    # the traceback is that trial's failure, not a worker's background noise.
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 5000 + _tail()[-4:]
+    stored, _ = _stored(lines, "driver.log", pasted=False, chunk=4096)
+    claimed = [f for f, _ in stored.failures if f.exc_type == "OSError"]
+    assert claimed and claimed[0].source.line == len(lines) - 2
+
+
+def test_overlong_lines_are_cut_and_counted_once():
+    long_line = "x" * 5000
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [long_line] * 3 + _tail()
+    data = "\n".join(lines).encode() + b"\n"
+    source = LineSource(_chunks(data, 1500), MACHINE_OPENERS, max_line=1024)
+    stored = parse_text_log(source, "raylet.out", pasted=False)
+    fed = parse_text_log([line[:1024] for line in lines], "raylet.out", pasted=False)
+    assert _summary(stored) == _summary(fed)

@@ -15,11 +15,21 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
+from ray_doctor._literals import may_match
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
-from ray_doctor.scan._normalise import TextLine, machine_lines, normalise_lines
-from ray_doctor.scan._traceback import CHAIN_MARKERS, FRAME, is_exception_line, parse_failure
-from ray_doctor.storage import Entry, Storage, StorageError
+from ray_doctor.scan._linesource import LineSource, Opener
+from ray_doctor.scan._normalise import TextLine, machine_numbered, normalise_numbered
+from ray_doctor.scan._pool import can_fork, cpus, forked_pool
+from ray_doctor.scan._traceback import (
+    CHAIN_MARKERS,
+    EXC_NAMES,
+    EXC_SUFFIXES,
+    FRAME,
+    is_exception_line,
+    parse_failure,
+)
+from ray_doctor.storage import Entry, LocalStorage, Storage, StorageError
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
 WORKER_PREFIX = re.compile(r"^\((?P<actor>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
@@ -306,10 +316,23 @@ class LogResult:
 SIGNAL_BEFORE = "error-line"  # a cause word outranks the plain ERROR catch-all
 
 
-def _classify(line: str, hot: bool | None = None) -> tuple[str, str | None] | None:
+def live_events(text: str) -> tuple[EventPattern, ...]:
+    """The event patterns that may match somewhere in `text` (a batch of lines joined), in
+    their order; the catch-all always stays, as cause words are decided there."""
+    return tuple(
+        event
+        for event in EVENT_PATTERNS
+        if event.kind == SIGNAL_BEFORE or may_match(event.pattern, text)
+    )
+
+
+def _classify(
+    line: str, hot: bool | None = None, patterns: tuple[EventPattern, ...] = EVENT_PATTERNS
+) -> tuple[str, str | None] | None:
     """What a line says (its event kind, the trial it names), or None. `hot`: whether it holds
-    a cause word, when the caller found that for a whole batch."""
-    for event in EVENT_PATTERNS:
+    a cause word, and `patterns`: those that may match, when the caller found them for a whole
+    batch."""
+    for event in patterns:
         if event.kind == SIGNAL_BEFORE and (is_hot(line) if hot is None else hot):
             return "signal", None
         match = event.pattern.search(line)
@@ -337,6 +360,7 @@ class _TextLogParser:
         self.ranks_seen: set[int] = set()  # `[rankN]:` prefixes of the current block
         self.error_lines = 0
         self.hot: bool | None = None  # the current line holds a cause word (batch-computed)
+        self.patterns = EVENT_PATTERNS  # those that may match in the current batch
 
     @staticmethod
     def _prepare(text: str) -> tuple[str, str | None] | None:
@@ -473,7 +497,7 @@ class _TextLogParser:
     def _event(self, lineno: int, line: str, pid: str | None = None) -> None:
         if len(self.result.events) >= MAX_EVENTS_PER_FILE or not line.strip():
             return
-        found = _classify(line, self.hot)
+        found = _classify(line, self.hot, self.patterns)
         if found:
             kind, trial = found
             if kind == "error-line":
@@ -503,11 +527,14 @@ class _TextLogParser:
 
 
 def parse_text_log(
-    lines: Iterable[str], path: str, pid: str | None = None, pasted: bool = True
+    lines: Iterable[str] | LineSource, path: str, pid: str | None = None, pasted: bool = True
 ) -> LogResult:
     """A driver log, a worker .err/.out, or any text; error.txt content is recognised.
-    `pasted=False`: a log Ray's own processes wrote, read without the paste normaliser."""
-    logical = normalise_lines(lines) if pasted else machine_lines(lines)
+    `pasted=False`: a log Ray's own processes wrote, read without the paste normaliser.
+    A `LineSource` (a stored file) lets the reader jump over lines in the raw bytes."""
+    source = lines if isinstance(lines, LineSource) else None
+    numbered = source if source is not None else enumerate(lines, start=1)
+    logical = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
     head: list[TextLine] = []
     for line in logical:
         head.append(line)
@@ -517,41 +544,77 @@ def parse_text_log(
         failures = parse_error_text(_chain(head, logical), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
-    for batch in _batches(_chain(head, logical)):
+    batches = _batches(_chain(head, logical))
+    for batch in batches:
         if len(parser.result.events) >= MAX_EVENTS_PER_FILE:
-            # Cause words only decide which lines become events, and this file has all it
-            # keeps: a 100 MB raylet.out reaches that in its first few percent. From then on
-            # only a traceback can add anything, and runs of lines that cannot start one
-            # are passed over whole.
-            start = 0
-            while start < len(batch):
-                if parser.idle():
-                    opener = _first_opener(batch, start)
-                    parser.skip(batch[start:opener])
-                    start = opener
-                    if start == len(batch):
-                        break
-                parser.feed(batch[start])
-                start += 1
+            _feed_past_the_cap(parser, batch)
         else:
-            for line, hot in zip(batch, hot_lines([line.text for line in batch]), strict=True):
+            texts = [line.text for line in batch]
+            parser.patterns = live_events("\n".join(texts))
+            for line, hot in zip(batch, hot_lines(texts), strict=True):
                 parser.feed(line, hot)
+            parser.patterns = EVENT_PATTERNS
         if parser.full():
             break  # nothing more can be kept from this file: the rest cannot change the result
+        if source is not None and len(parser.result.events) >= MAX_EVENTS_PER_FILE:
+            _read_past_the_cap(parser, source, logical, pasted)
+            break
     return parser.finish()
+
+
+def _feed_past_the_cap(parser: _TextLogParser, batch: list[TextLine]) -> None:
+    """Cause words only decide which lines become events, and this file has all it keeps (a
+    100 MB raylet.out reaches that in its first few percent): from then on only a traceback
+    can add anything, and runs of lines that cannot start one are passed over whole."""
+    start = 0
+    while start < len(batch):
+        if parser.idle():
+            opener = _first_opener(batch, start)
+            parser.skip(batch[start:opener])
+            start = opener
+            if start == len(batch):
+                break
+        parser.feed(batch[start])
+        start += 1
+
+
+def _read_past_the_cap(
+    parser: _TextLogParser, source: LineSource, logical: Iterator[TextLine], pasted: bool
+) -> None:
+    """`_feed_past_the_cap` for a stored file, one line at a time: whenever the parser is idle
+    the source jumps in the raw bytes to the next line an opener finds (`PASTED_OPENERS`), and
+    the lines it passed over only move the parser's context on."""
+    source.should_skip = parser.idle
+    to_text = normalise_numbered if pasted else machine_numbered
+    for line in logical:
+        if source.passed_over:
+            parser.skip(list(to_text(source.passed_over)))
+            source.passed_over.clear()
+        if parser.idle() and not _may_open(line):
+            parser.skip([line])  # it holds a needle, yet cannot open a traceback
+        else:
+            parser.feed(line)
+        if parser.full():
+            break
+    source.should_skip = None
 
 
 IDENTIFIER_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 
 
+def _may_open(line: TextLine) -> bool:
+    """Whether a line might open a traceback. A superset of `_TextLogParser.feed`'s tests:
+    "Traceback (most recent call last)", a frame (`  File "...`), or an exception line
+    standing alone, which starts with a name (with no worker prefix, so the line's own first
+    character)."""
+    text = line.text
+    return text[:1] in IDENTIFIER_START or 'File "' in text or "Traceback (" in text
+
+
 def _first_opener(batch: list[TextLine], start: int) -> int:
-    """The index of the first line from `start` that might open a traceback (len(batch):
-    none). A superset of `_TextLogParser.feed`'s tests: "Traceback (most recent call last)",
-    a frame (`  File "...`), or an exception line standing alone, which starts with a name
-    (with no worker prefix, so the line's own first character)."""
+    """The index of the first line from `start` that `_may_open` (len(batch): none)."""
     for index in range(start, len(batch)):
-        text = batch[index].text
-        if text[:1] in IDENTIFIER_START or 'File "' in text or "Traceback (" in text:
+        if _may_open(batch[index]):
             return index
     return len(batch)
 
@@ -596,14 +659,32 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
     return result
 
 
-def _decoded(storage: Storage, path: str) -> Iterator[str]:
-    for raw in storage.iter_lines(path):
-        yield raw.decode("utf-8", "replace")
+# A line that can open a traceback (`_TextLogParser.feed`: a "Traceback (" header, a
+# `File "` frame, or an exception line standing alone, whose type name ends in one of
+# EXC_SUFFIXES or is one of EXC_NAMES) holds one of these in its raw bytes, whatever a
+# collector put around it: prefixes, colour codes, `&quot;` or `\"` for the quote (hence
+# `File ` without it), JSON records.
+PASTED_OPENERS: tuple[Opener, ...] = tuple(
+    dict.fromkeys(
+        text.encode()
+        for text in ("Traceback (", "File ", *EXC_SUFFIXES, *EXC_NAMES)
+        if not any(suffix in text for suffix in EXC_SUFFIXES if suffix != text)
+    )
+)
+# In a log Ray's own processes wrote only colour codes come off a line, so an exception line
+# standing alone starts the line: a name, or a colour code before one.
+MACHINE_OPENERS: tuple[Opener, ...] = (
+    re.compile(rb"\n[A-Za-z_\x1b]"),
+    b'File "',
+    b"Traceback (",
+)
 
 
 def read_log_file(storage: Storage, path: str) -> LogResult:
     try:
-        return parse_log(_decoded(storage, path), path, storage.display(path))
+        openers = PASTED_OPENERS if _pasted(path) else MACHINE_OPENERS
+        source = LineSource(storage.iter_chunks(path), openers)
+        return parse_log(source, path, storage.display(path))
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
 
@@ -613,17 +694,20 @@ def read_log_file(storage: Storage, path: str) -> LogResult:
 SYSTEM_LOG = re.compile(r"^(raylet|gcs_server|python-core-(worker|driver)-|monitor|runtime_env_)")
 
 
-def parse_log(lines: Iterable[str], path: str, display: str) -> LogResult:
+def parse_log(lines: Iterable[str] | LineSource, path: str, display: str) -> LogResult:
     """A session log by its path: Train V2's JSON records under train/, else text (a worker
     log's pid taken from its name; Ray's own process logs skip the paste normaliser)."""
     path = path.replace("\\", "/")
     if path.endswith(".log") and "/train/" in path:
-        return parse_json_log(lines, display)
-    name = path.rsplit("/", 1)[-1]
-    owner = WORKER_LOG_PID.match(name)
-    return parse_text_log(
-        lines, display, owner["pid"] if owner else None, pasted=not SYSTEM_LOG.match(name)
-    )
+        texts = (text for _, text in lines) if isinstance(lines, LineSource) else lines
+        return parse_json_log(texts, display)
+    owner = WORKER_LOG_PID.match(path.rsplit("/", 1)[-1])
+    return parse_text_log(lines, display, owner["pid"] if owner else None, pasted=_pasted(path))
+
+
+def _pasted(path: str) -> bool:
+    """Whether a log is read with the paste normaliser: all but Ray's own processes' logs."""
+    return not SYSTEM_LOG.match(path.replace("\\", "/").rsplit("/", 1)[-1])
 
 
 # Files of a Ray session logs dir worth reading, by name.
@@ -640,32 +724,59 @@ def is_session_logs_dir(entries: list[Entry]) -> bool:
     )
 
 
+# Session logs bigger than this in all are read by forked processes, a file per task: a
+# long session's raylet.out, gcs_server.out and worker logs each cost a second or more.
+PARALLEL_LOG_BYTES = 32 * 2**20
+
+
 def read_session_logs(
     storage: Storage, path: str, progress: Callable[[int, int], None] | None = None
 ) -> LogResult:
     """A `/tmp/ray/session_*/logs` dir, including its `train/` subdir. `progress(done, total)`
     hears of each file read (a long session's logs run to gigabytes)."""
     result = LogResult()
+    files: list[Entry] = []
     try:
         entries = storage.list_dir(path)
     except StorageError as exc:
         result.errors.append(ScanError(exc.path, exc.reason))
         return result
-    for done, entry in enumerate(entries, start=1):
-        if progress:
-            progress(done, len(entries))
+    for entry in entries:
         if entry.is_dir and entry.name == "train":
             try:
                 train_entries = storage.list_dir(entry.path)
             except StorageError as exc:
                 result.errors.append(ScanError(exc.path, exc.reason))
                 continue
-            for item in train_entries:
-                if item.is_file and item.name.endswith(".log"):
-                    result.extend(read_log_file(storage, item.path))
+            files += [e for e in train_entries if e.is_file and e.name.endswith(".log")]
         elif entry.is_file and SESSION_LOG.match(entry.name):
-            result.extend(read_log_file(storage, entry.path))
+            files.append(entry)
+    for done, found in enumerate(_read_files(storage, files), start=1):
+        if progress:
+            progress(done, len(files))
+        result.extend(found)
     return result
+
+
+def _read_files(storage: Storage, files: list[Entry]) -> Iterator[LogResult]:
+    """`read_log_file` of each file, in their order; big local sets in forked processes, the
+    biggest files started first so one long file does not run alone at the end."""
+    total = sum(entry.size or 0 for entry in files)
+    if not (isinstance(storage, LocalStorage) and total >= PARALLEL_LOG_BYTES and can_fork()):
+        for entry in files:
+            yield read_log_file(storage, entry.path)
+        return
+    pool = forked_pool(min(cpus(), len(files)))
+    try:
+        by_size = sorted(range(len(files)), key=lambda i: -(files[i].size or 0))
+        futures = {i: pool.submit(read_log_file, storage, files[i].path) for i in by_size}
+        for index in range(len(files)):
+            yield futures[index].result()
+    except BaseException:
+        # Ctrl-C: drop the files not started; readers end after their file (see _pool).
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def read_logs(

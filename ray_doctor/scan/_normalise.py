@@ -185,7 +185,12 @@ def _strip_prefix(line: str) -> tuple[str, int | None] | None:
 
 def machine_lines(lines: Iterable[str]) -> Iterator[TextLine]:
     """Lines of a log a program wrote (Ray's own): only line ends and colour codes go."""
-    for lineno, raw in enumerate(lines, start=1):
+    return machine_numbered(enumerate(lines, start=1))
+
+
+def machine_numbered(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
+    """`machine_lines` of lines that come with their numbers (a reader may jump over some)."""
+    for lineno, raw in numbered:
         line = raw.rstrip("\r\n")
         if "\x1b" in line:
             line = ANSI_CODES.sub("", line)
@@ -246,29 +251,35 @@ def wrap_width(lines: list[str]) -> int | None:
 def normalise_lines(lines: Iterable[str]) -> Iterator[TextLine]:
     """Logical lines of a text input. A short input is read whole so hard wrapping can be
     undone; a long one is streamed as it comes."""
-    iterator = iter(lines)
-    head: list[str] = []
-    for raw in iterator:
-        head.append(raw)
+    return normalise_numbered(enumerate(lines, start=1))
+
+
+def normalise_numbered(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
+    """`normalise_lines` of lines that come with their numbers (a reader may jump over some
+    once it is past the head read whole)."""
+    iterator = iter(numbered)
+    head: list[tuple[int, str]] = []
+    for pair in iterator:
+        head.append(pair)
         if len(head) >= MAX_BUFFERED_LINES:
             break
     else:
         yield from _whole(head)
         return
-    yield from _logical(enumerate(head, start=1))
-    yield from _logical(enumerate(iterator, start=len(head) + 1))
+    yield from _logical(head)
+    yield from _logical(iterator)
 
 
-def _whole(raw_lines: list[str]) -> list[TextLine]:
-    physical = [raw.rstrip("\r\n") for raw in raw_lines]
+def _whole(numbered: list[tuple[int, str]]) -> list[TextLine]:
+    physical = [raw.rstrip("\r\n") for _, raw in numbered]
     width = wrap_width(physical)
     if width is None:
-        return list(_logical(enumerate(raw_lines, start=1)))
+        return list(_logical(numbered))
     # Each physical line loses its own markup (a `> ` quote, a colour code) before the pieces
     # are joined: the continuation of a quoted wrapped line is quoted too.
     out: list[TextLine] = []
     joining = False
-    for lineno, raw in enumerate(physical, start=1):
+    for (lineno, _), raw in zip(numbered, physical, strict=True):
         text, prefixed, rank = clean(raw)
         if joining and out:
             last = out[-1]
@@ -279,4 +290,12 @@ def _whole(raw_lines: list[str]) -> list[TextLine]:
     return out
 
 
-__all__ = ["TextLine", "clean", "normalise_lines", "wrap_width"]
+__all__ = [
+    "TextLine",
+    "clean",
+    "machine_lines",
+    "machine_numbered",
+    "normalise_lines",
+    "normalise_numbered",
+    "wrap_width",
+]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -12,6 +11,7 @@ from typing import NamedTuple
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._cutoff import json_cut_off
+from ray_doctor.scan._pool import can_fork, cpus, forked_pool
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,
@@ -243,23 +243,16 @@ def _reading(
     )
     local = isinstance(storage, LocalStorage)
     # A cache lives in this process: forked readers could not fill it.
-    small = len(jobs) < PROCESS_POOL_MIN_TRIALS or _cpus() < 2 or not hasattr(os, "fork")
+    small = len(jobs) < PROCESS_POOL_MIN_TRIALS or not can_fork()
     if local and (small or cache is not None):
         yield map(read, jobs)  # lazy: runs as the caller iterates
         return
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     if local:
-        import multiprocessing
-
-        # fork: children inherit the imported modules and start in milliseconds. No threads
-        # run at this point (the progress bar starts after the first result).
-        processes = min(_cpus(), workers)
-        pool = ProcessPoolExecutor(
-            processes,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_ignore_interrupts,
-        )
+        # No threads run at this point (the progress bar starts after the first result).
+        processes = min(cpus(), workers)
+        pool = forked_pool(processes)
         # Few, large chunks: each task costs ~0.4 ms of queueing, more than reading a trial.
         chunk = max(1, len(jobs) // (processes * 4))
     else:
@@ -277,26 +270,12 @@ def _reading(
     pool.shutdown()
 
 
-def _ignore_interrupts() -> None:
-    """In a reader process: Ctrl-C is the parent's to handle (a terminal sends it to the
-    whole process group; a reader that took it would print a traceback)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class ScanInterrupted(Exception):
     """Ctrl-C while an experiment was read: what was read so far, for a partial report."""
 
     def __init__(self, experiment: Experiment) -> None:
         super().__init__(experiment.path)
         self.experiment = experiment
-
-
-def _cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _set_layout(experiment: Experiment, entries: list[Entry], records: list[TrialRecord]) -> None:

@@ -1,0 +1,148 @@
+"""Numbered lines of a stored log, with a jump over lines that cannot matter.
+
+A log reader that has kept all the events a file may give (`scan/_logs.py`) only wants the
+lines that may open a traceback. Finding the next one in the raw bytes with `bytes.find` (C
+speed, one pass per needle per buffer) instead of decoding, cleaning and testing every line in
+Python is what makes the rest of a 100 MB raylet.out nearly free. The lines passed over still
+count for line numbers, and the last few are handed back as the reader's context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+MAX_LINE = 1 << 20  # longer lines are cut, as `Storage.iter_lines` cuts them
+
+# What makes a line worth handing out: a byte string anywhere in it, or a pattern whose
+# match ends on the line's first byte (`\n` then what may start it: searched from the
+# newline before, which keeps `re`'s fast literal-prefix scan).
+Opener = bytes | re.Pattern[bytes]
+
+
+class LineSource:
+    """(line number, decoded line) pairs of a file's chunks. Before each line it hands out,
+    when `should_skip()` says so, it passes over whole lines none of `openers` finds and
+    keeps the last non-blank ones it passed in `passed_over` for the caller to take."""
+
+    def __init__(
+        self,
+        chunks: Iterator[bytes],
+        openers: tuple[Opener, ...] = (),
+        max_line: int = MAX_LINE,
+        keep: int = 6,
+    ) -> None:
+        self._chunks = chunks
+        self._openers = openers
+        self._max_line = max_line
+        self._keep = keep
+        self._buf = b""
+        self._pos = 0  # where the next line starts in _buf
+        self._eof = False
+        self._lineno = 0  # the number of the last line handed out or passed over
+        self._cutting = False  # inside an overlong line whose head was handed out
+        self._next_hit: dict[Opener, int] = {}  # per opener: its next hit in _buf, -1: none
+        self.should_skip: Callable[[], bool] | None = None
+        self.passed_over: list[tuple[int, str]] = []
+        self.lines_passed_over = 0
+
+    def __iter__(self) -> LineSource:
+        return self
+
+    def __next__(self) -> tuple[int, str]:
+        if self._openers and self.should_skip is not None and self.should_skip():
+            self._skip()
+        while True:
+            end = self._buf.find(b"\n", self._pos)
+            if end == -1:
+                if len(self._buf) - self._pos > self._max_line:
+                    return self._overlong()
+                if self._fill():
+                    continue
+                if self._pos >= len(self._buf):
+                    raise StopIteration
+                end = len(self._buf)  # the last line, without a newline
+            raw = self._buf[self._pos : end]
+            self._pos = end + 1
+            if self._cutting:  # the rest of a line already handed out cut
+                self._cutting = False
+                continue
+            self._lineno += 1
+            return self._lineno, raw.decode("utf-8", "replace")
+
+    def _overlong(self) -> tuple[int, str]:
+        raw = self._buf[self._pos : self._pos + self._max_line]
+        self._pos = len(self._buf)
+        was_cutting, self._cutting = self._cutting, True
+        if was_cutting:
+            return self.__next__()
+        self._lineno += 1
+        return self._lineno, raw.decode("utf-8", "replace")
+
+    def _fill(self) -> bool:
+        """Append the next chunk (dropping what was read); False at the end of the file."""
+        if self._eof:
+            return False
+        chunk = next(self._chunks, b"")
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf = self._buf[self._pos :] + chunk
+        self._pos = 0
+        self._next_hit.clear()
+        return True
+
+    def _first_hit(self) -> int:
+        """The first position at or after _pos on a line an opener finds, -1 when none in
+        _buf. Each opener's hit is remembered until passed, so a buffer is searched about
+        once per opener however many jumps it takes."""
+        first = -1
+        for opener in self._openers:
+            hit = self._next_hit.get(opener)
+            if hit is None or (hit != -1 and hit < self._pos):
+                hit = self._search(opener)
+                self._next_hit[opener] = hit
+            if hit != -1 and (first == -1 or hit < first):
+                first = hit
+        return first
+
+    def _search(self, opener: Opener) -> int:
+        if isinstance(opener, bytes):
+            return self._buf.find(opener, self._pos)
+        if self._pos == 0 and opener.match(b"\n" + self._buf[:1]):  # no newline before
+            return 0
+        found = opener.search(self._buf, max(self._pos - 1, 0))
+        return found.end() - 1 if found else -1
+
+    def _skip(self) -> None:
+        """Pass over whole lines up to the first an opener finds (or the file's end)."""
+        while not self._cutting:
+            hit = self._first_hit()
+            if hit != -1:
+                self._pass_over(self._buf.rfind(b"\n", self._pos, hit) + 1)
+                return
+            self._pass_over(self._buf.rfind(b"\n", self._pos) + 1)  # every complete line
+            if len(self._buf) - self._pos > self._max_line or not self._fill():
+                return  # an overlong or last line: __next__ hands it out as it is
+
+    def _pass_over(self, end: int) -> None:
+        """Move past the complete lines in _buf[_pos:end], keeping the last non-blank ones."""
+        if end <= self._pos:
+            return
+        count = self._buf.count(b"\n", self._pos, end)
+        kept: list[tuple[int, str]] = []
+        line_end = end - 1  # the newline closing the last line passed over
+        lineno = self._lineno + count
+        while line_end > self._pos and len(kept) < self._keep:
+            start = self._buf.rfind(b"\n", self._pos, line_end) + 1
+            start = max(start, self._pos)
+            raw = self._buf[start:line_end]
+            if raw.strip():
+                kept.append((lineno, raw[: self._max_line].decode("utf-8", "replace")))
+            lineno -= 1
+            line_end = start - 1
+        self.passed_over.extend(reversed(kept))
+        del self.passed_over[: -self._keep]
+        self._lineno += count
+        self.lines_passed_over += count
+        self._pos = end
