@@ -142,3 +142,21 @@ def test_overlong_lines_are_cut_and_counted_once():
     stored = parse_text_log(source, "raylet.out", pasted=False)
     fed = parse_text_log([line[:1024] for line in lines], "raylet.out", pasted=False)
     assert _summary(stored) == _summary(fed)
+
+
+def test_big_session_logs_read_in_processes_give_what_one_process_gives(monkeypatch):
+    from pathlib import Path
+
+    from ray_doctor.scan import _logs
+    from ray_doctor.storage import open_storage
+
+    logs = Path(__file__).resolve().parents[1] / "fixtures/tune_oom_memory_monitor/session_logs"
+    storage, path = open_storage(str(logs))
+    alone = _logs.read_session_logs(storage, path)
+    monkeypatch.setattr(_logs, "PARALLEL_LOG_BYTES", 0)  # the fixture is small: force the pool
+    monkeypatch.setattr(_logs, "can_fork", lambda: True)
+    seen = []
+    pooled = _logs.read_session_logs(storage, path, lambda done, total: seen.append(done))
+    assert pooled.files == alone.files and len(pooled.files) > 3
+    assert _summary(pooled) == _summary(alone)
+    assert seen == list(range(1, len(pooled.files) + 1))
