@@ -225,3 +225,18 @@ def assert_matches_doc_example(rule_id: str, run: SmokeRun) -> None:
     assert first(live) == first(recorded), "re-record: python docs/generate.py --smoke"
     fix = lambda text: next(x for x in normalized(text).splitlines() if x.startswith("  fix:"))  # noqa: E731
     assert fix(live) == fix(recorded), "re-record: python docs/generate.py --smoke"
+
+
+def start_local_ray(temp_dir: str, **kwargs) -> None:
+    """ray.init of a 2-CPU local node, once more if it did not register within Ray's fixed
+    30 s (`raylet_start_wait_time_s`, ray/_private/node.py): a saturated machine can miss it."""
+    import ray
+
+    options = {"num_cpus": 2, "_temp_dir": temp_dir, "include_dashboard": False, **kwargs}
+    try:
+        ray.init(**options)
+    except Exception as exc:
+        if "timed out during startup" not in str(exc):
+            raise
+        ray.shutdown()
+        ray.init(**options)

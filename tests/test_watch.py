@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import experiment_dir, run_cli, validate
+from smoke_runs import start_local_ray
 
 from ray_doctor.scan import ScanCache, scan
 
@@ -111,7 +112,7 @@ def test_watch_follows_a_live_tune_sweep(tmp_path: Path, monkeypatch) -> None:
 
     temp_dir = tempfile.mkdtemp(prefix="rdw-", dir="/tmp")  # short: Ray's socket paths
     try:
-        ray.init(num_cpus=2, _temp_dir=temp_dir, include_dashboard=False)
+        start_local_ray(temp_dir)
         tuner = tune.Tuner(
             train,
             param_space={"lr": tune.grid_search([0.01, 0.1])},

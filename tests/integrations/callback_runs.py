@@ -27,6 +27,9 @@ import time
 import ray
 from ray import tune
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from smoke_runs import start_local_ray
+
 from ray_doctor.integrations import tune as tune_integration
 from ray_doctor.integrations.train import DoctorCallback as TrainDoctorCallback
 from ray_doctor.integrations.tune import DoctorCallback
@@ -111,19 +114,8 @@ def train_run(out: str) -> None:
     print("RESULT " + json.dumps({"raised": raised}), flush=True)
 
 
-def start_ray(ray_temp_dir: str) -> None:
-    """ray.init, once more if the node did not come up in Ray's fixed 30 s (a loaded machine)."""
-    try:
-        ray.init(num_cpus=2, _temp_dir=ray_temp_dir, include_dashboard=False)
-    except Exception as exc:
-        if "timed out during startup" not in str(exc):
-            raise
-        ray.shutdown()
-        ray.init(num_cpus=2, _temp_dir=ray_temp_dir, include_dashboard=False)
-
-
 def main(out: str, ray_temp_dir: str) -> None:
-    start_ray(ray_temp_dir)
+    start_local_ray(ray_temp_dir)
     try:
         report = os.path.join(out, "failing-report.json")
         sweep(out, "failing", ["ok", "raise", "oom"], DoctorCallback(report_path=report))

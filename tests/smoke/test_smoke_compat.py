@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from smoke_runs import CPUS, assert_nothing_left, run_smoke, smoke_env
+from smoke_runs import CPUS, assert_nothing_left, run_smoke, smoke_env, start_local_ray
 
 from ray_doctor.smoke._compat import detect, missing_ray_name
 from ray_doctor.smoke._resources import NodeResources
@@ -88,7 +88,7 @@ def local_ray():
     import ray
 
     temp_dir = tempfile.mkdtemp(prefix="rdtest-", dir="/tmp")  # Ray's sockets need a short path
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", _temp_dir=temp_dir)
+    start_local_ray(temp_dir, logging_level="ERROR")
     try:
         yield _ray_nodes()
     finally:
