@@ -761,14 +761,16 @@ def read_session_logs(
 def _read_files(storage: Storage, files: list[Entry]) -> Iterator[LogResult]:
     """`read_log_file` of each file, in their order; big local sets in forked processes, the
     biggest files started first so one long file does not run alone at the end."""
-    total = sum(entry.size or 0 for entry in files)
-    if not (isinstance(storage, LocalStorage) and total >= PARALLEL_LOG_BYTES and can_fork()):
-        for entry in files:
-            yield read_log_file(storage, entry.path)
+    if not (isinstance(storage, LocalStorage) and len(files) > 1 and can_fork()):
+        yield from (read_log_file(storage, entry.path) for entry in files)
+        return
+    sizes = [_size(storage, entry) for entry in files]  # a local stat each: microseconds
+    if sum(sizes) < PARALLEL_LOG_BYTES:
+        yield from (read_log_file(storage, entry.path) for entry in files)
         return
     pool = forked_pool(min(cpus(), len(files)))
     try:
-        by_size = sorted(range(len(files)), key=lambda i: -(files[i].size or 0))
+        by_size = sorted(range(len(files)), key=lambda i: -sizes[i])
         futures = {i: pool.submit(read_log_file, storage, files[i].path) for i in by_size}
         for index in range(len(files)):
             yield futures[index].result()
@@ -777,6 +779,16 @@ def _read_files(storage: Storage, files: list[Entry]) -> Iterator[LogResult]:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown()
+
+
+def _size(storage: Storage, entry: Entry) -> int:
+    if entry.size is not None:
+        return entry.size
+    try:
+        found = storage.stat(entry.path)
+    except StorageError:
+        return 0  # read_log_file reports it
+    return (found.size or 0) if found else 0
 
 
 def read_logs(
