@@ -1,0 +1,62 @@
+"""Helpers for the Ctrl-C tests: a large sweep made of real trial dirs, and a terminal.
+
+The signal goes to the whole process group, as a terminal sends it, once the progress bar
+says reading has begun (stderr is a pseudo-terminal, as for a user who presses Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from conftest import experiment_dir
+
+
+def large_sweep(fixtures: Path, into: Path, trials: int) -> Path:
+    """tune_trial_error's three real trial dirs, hard-linked under `trials` trial names."""
+    source = experiment_dir(fixtures, "tune_trial_error")
+    sweep = into / "large_sweep"
+    sweep.mkdir()
+    for item in source.iterdir():
+        if item.is_file():
+            shutil.copy(item, sweep / item.name)
+    models = sorted(d for d in source.iterdir() if d.is_dir())
+    for i in range(trials):
+        model = models[i % len(models)]
+        name = model.name.replace("b0523_0000", f"b0523_{i:05d}_")
+        shutil.copytree(model, sweep / name, copy_function=os.link)
+    return sweep
+
+
+class Terminal:
+    """Reads the pseudo-terminal all along, as a terminal does: a writer facing a full pty
+    buffer would block, which is a test artefact, not what a user sees."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.seen = fd, b""
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:  # the other end closed
+                return
+            if not chunk:
+                return
+            self.seen += chunk
+
+    def wait_for(self, text: bytes, child: subprocess.Popen, limit_s: float = 120) -> bool:
+        end = time.monotonic() + limit_s
+        while text not in self.seen and child.poll() is None and time.monotonic() < end:
+            time.sleep(0.02)
+        return text in self.seen
+
+    def close(self) -> bytes:
+        self._thread.join(timeout=10)
+        return self.seen
