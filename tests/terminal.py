@@ -6,14 +6,19 @@ says reading has begun (stderr is a pseudo-terminal, as for a user who presses C
 
 from __future__ import annotations
 
+import json
 import os
+import pty
 import shutil
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import experiment_dir
+from conftest import experiment_dir, validate
 
 
 def large_sweep(fixtures: Path, into: Path, trials: int) -> Path:
@@ -60,3 +65,40 @@ class Terminal:
     def close(self) -> bytes:
         self._thread.join(timeout=10)
         return self.seen
+
+
+@contextmanager
+def inspect_on_a_terminal(
+    target: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen, Terminal]]:
+    """`ray-doctor inspect TARGET --format json`, stderr on a pseudo-terminal (so the progress
+    bar shows), in a process group of its own (signalled as a terminal would); killed if still
+    running on leaving the block. What it printed there is `terminal.seen`."""
+    leader, follower = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ray_doctor", "inspect", target, "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        env={**os.environ, **(env or {}), "NO_COLOR": "1", "COLUMNS": "120"},
+        start_new_session=True,
+    )
+    os.close(follower)
+    terminal = Terminal(leader)
+    try:
+        yield child, terminal
+    finally:
+        if child.poll() is None:
+            child.kill()
+        terminal.close()
+        os.close(leader)
+
+
+def partial_report(child: subprocess.Popen, messages: bytes, out: bytes) -> dict:
+    """What a user sees after Ctrl-C: exit 130, a one-line note and no traceback on the
+    terminal, and a valid report whose errors say the reading was interrupted."""
+    assert child.returncode == 130
+    assert b"Traceback" not in messages and b"interrupted" in messages
+    report = validate(json.loads(out))
+    reasons = [e["reason"] for e in report["errors"]]
+    assert any(r.startswith("interrupted after reading") for r in reasons), reasons
+    return report

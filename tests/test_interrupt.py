@@ -6,16 +6,11 @@ says reading has begun (stderr is a pseudo-terminal, as for a user who presses C
 
 from __future__ import annotations
 
-import json
 import os
-import pty
 import signal
-import subprocess
-import sys
 
 import psutil
-from conftest import validate
-from terminal import Terminal, large_sweep
+from terminal import inspect_on_a_terminal, large_sweep, partial_report
 
 TRIALS = 6000  # enough that reading takes seconds on any machine: the signal lands mid-scan
 
@@ -23,33 +18,13 @@ TRIALS = 6000  # enough that reading takes seconds on any machine: the signal la
 def test_ctrl_c_during_a_large_inspect_leaves_the_partial_report(fixtures, tmp_path):
     sweep = large_sweep(fixtures, tmp_path, TRIALS)
     before = sorted(p.name for p in sweep.iterdir())
-    leader, follower = pty.openpty()
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "ray_doctor", "inspect", str(sweep), "--format", "json"],
-        stdout=subprocess.PIPE,
-        stderr=follower,
-        env=env,
-        start_new_session=True,  # its own process group, signalled as a terminal would
-    )
-    os.close(follower)
-    terminal = Terminal(leader)
-    try:
+    with inspect_on_a_terminal(str(sweep)) as (child, terminal):
         shown = terminal.wait_for(b"reading large_sweep", child)
         assert shown and child.poll() is None, "inspect ended before the progress bar showed"
         readers = [child.pid] + [c.pid for c in psutil.Process(child.pid).children(True)]
         os.killpg(child.pid, signal.SIGINT)
         out, _ = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        messages = terminal.close()
-        os.close(leader)
-    assert child.returncode == 130
-    assert b"Traceback" not in messages and b"interrupted" in messages
-    report = validate(json.loads(out))
-    reasons = [e["reason"] for e in report["errors"]]
-    assert any(r.startswith("interrupted after reading") for r in reasons), reasons
+    report = partial_report(child, terminal.seen, out)
     read = report["experiments"][0]["trials"]
     assert 0 < read < TRIALS, "the report covers the trials read before Ctrl-C, and only those"
     assert not any(psutil.pid_exists(pid) for pid in readers[1:]), "a reader process outlived it"
