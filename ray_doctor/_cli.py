@@ -87,25 +87,36 @@ class _ProgressBar:
     """A progress bar on stderr, shown only once a scan has taken more than a moment."""
 
     DELAY_S = 0.5
+    REFRESH_S = 0.1
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.started = time.monotonic()
+        self.drawn = 0.0
         self._progress = None
         self._tasks: dict[str, int] = {}
 
     def __call__(self, name: str, done: int, total: int) -> None:
-        if not self.enabled or time.monotonic() - self.started < self.DELAY_S:
+        now = time.monotonic()
+        if not self.enabled or now - self.started < self.DELAY_S:
             return
         if self._progress is None:
             from rich.console import Console
             from rich.progress import Progress
 
-            self._progress = Progress(console=Console(stderr=True), transient=True)
+            # Drawn from the scan's own calls, not by rich's refresh thread: the scan forks
+            # reader processes, and a thread holding stderr's lock at a fork leaves the child
+            # to deadlock when it flushes stderr on exit.
+            self._progress = Progress(
+                console=Console(stderr=True), transient=True, auto_refresh=False
+            )
             self._progress.start()
         if name not in self._tasks:
             self._tasks[name] = self._progress.add_task(f"reading {name}", total=total)
         self._progress.update(self._tasks[name], completed=done, total=total)
+        if now - self.drawn >= self.REFRESH_S or done >= total:
+            self._progress.refresh()
+            self.drawn = now
 
     def close(self) -> None:
         if self._progress is not None:
