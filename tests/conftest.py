@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+
+# The Ctrl-C tests send SIGINT to the processes they start. A test run launched in the
+# background of a non-interactive shell (`nohup make test &`, some CI runners) has SIGINT
+# ignored, and an ignored signal stays ignored across exec: every child would shrug Ctrl-C
+# off. Python's own handler here makes the children start with the default disposition.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"

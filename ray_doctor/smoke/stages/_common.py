@@ -28,7 +28,10 @@ CONNECT_TIMEOUT_S = 5.0
 RESOURCE_WAIT_S = 30.0  # how long resources that exist but are held elsewhere are waited for
 
 
-PROBE_TIMEOUT_S = 60.0
+# The node probes need a worker process on each node, which a saturated machine can take
+# minutes to start: they are waited for until the run's own --timeout, not a fixed minute
+# (a dead node does not make this wait: Ray fails a task pinned to a dead node).
+PROBE_TIMEOUT_S = float("inf")
 
 
 TUNE_STAGE_S = 180.0
