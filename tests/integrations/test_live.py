@@ -55,7 +55,10 @@ def _stop_head(tag: str) -> list[psutil.Process]:
     return _tagged(tag)
 
 
-@pytest.fixture(scope="session")
+# Module scope: the head node (with its dashboard) stops once these tests are done, instead of
+# running beside every later Ray test of the session (on 2 cores under load, its polling alone
+# made other tests' Ray instances miss their start-up wait).
+@pytest.fixture(scope="module")
 def live_job(tmp_path_factory):
     """A head node, the failing job's submission id, the dashboard URL, paths to compare."""
     from ray.job_submission import JobStatus, JobSubmissionClient

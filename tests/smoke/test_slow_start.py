@@ -1,5 +1,5 @@
 """A local Ray start that misses Ray's fixed 30 s raylet registration wait (a saturated
-machine) is tried once more while --timeout leaves room, and only then reported."""
+machine) is tried again while --timeout leaves room, and only then reported."""
 
 from __future__ import annotations
 
@@ -59,11 +59,12 @@ def test_a_start_that_missed_the_30_s_wait_is_tried_once_more(fake_ray):
     assert fake.calls == ["init", "shutdown", "init"]  # the half-started node is stopped first
 
 
-def test_a_second_miss_is_reported(fake_ray):
-    fake = fake_ray([Exception(SLOW), Exception(SLOW)])
+def test_the_last_allowed_miss_is_reported(fake_ray):
+    fake = fake_ray([Exception(SLOW)] * cluster.START_ATTEMPTS)
     with pytest.raises(Exception, match="timed out during startup"):
-        cluster._ray_init(_context(300))
-    assert fake.calls == ["init", "shutdown", "init"]
+        cluster._ray_init(_context(600))
+    assert fake.calls.count("init") == cluster.START_ATTEMPTS
+    assert fake.calls[-1] == "init"  # each miss but the last was shut down before the next
 
 
 def test_no_second_start_without_time_for_it(fake_ray):

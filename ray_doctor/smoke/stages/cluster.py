@@ -59,7 +59,8 @@ def _unreachable(address: str, reason: str, evidence: list[Evidence]) -> StageRe
 
 # Ray's words when the node it started did not register in time (Ray 2.x, node.py).
 SLOW_START = "timed out during startup"
-RETRY_START_S = 60.0  # the time left that a second local start needs (its 30 s wait, and on)
+RETRY_START_S = 60.0  # the time left that another local start needs (its 30 s wait, and on)
+START_ATTEMPTS = 3
 
 
 def _ray_init(ctx: Context):
@@ -79,17 +80,21 @@ def _ray_init(ctx: Context):
         "num_gpus": None,
         **common,
     }
-    try:
-        return ray.init(**local)
-    except Exception as exc:
-        if SLOW_START not in str(exc) or ctx.deadline - time.monotonic() < RETRY_START_S:
-            raise
     # Ray waits a fixed 30 s for the raylet it started to register with the GCS
     # (`raylet_start_wait_time_s` in ray/_private/node.py, not configurable): on a saturated
     # machine that can pass while both are still coming up. A machine that slow is not the
-    # cluster fault smoke looks for, so once more, while --timeout leaves room for it.
-    ray.shutdown()  # the half-started node's processes
-    return ray.init(**local)
+    # cluster fault smoke looks for, so the start is tried again while --timeout leaves room.
+    attempt = 1
+    while True:
+        try:
+            return ray.init(**local)
+        except Exception as exc:
+            time_left = ctx.deadline - time.monotonic()
+            slow = SLOW_START in str(exc)
+            if not slow or attempt == START_ATTEMPTS or time_left < RETRY_START_S:
+                raise
+        ray.shutdown()  # the half-started node's processes
+        attempt += 1
 
 
 def _nodes() -> list[NodeResources]:
