@@ -139,6 +139,16 @@ def may_match(pattern: re.Pattern[str], text: str) -> bool:
     return False
 
 
+def line_starts(lines: list[str]) -> list[int]:
+    """Where each of `lines` starts in `"\n".join(lines)`."""
+    starts = []
+    at = 0
+    for line in lines:
+        starts.append(at)
+        at += len(line) + 1
+    return starts
+
+
 def lines_that_may_match(
     pattern: re.Pattern[str], joined: str, starts: list[int], lowered: str | None = None
 ) -> list[int] | None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_doctor._literals import lines_that_may_match, may_match
+from ray_doctor._literals import line_starts, lines_that_may_match, may_match
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
@@ -146,16 +146,6 @@ def any_line(pattern: re.Pattern[str], texts: list[str], joined: str | None = No
 
 
 MANY_LINES = 64  # from here on, finding the candidate lines in one sweep beats a test per line
-
-
-def line_starts(lines: list[str]) -> list[int]:
-    """Where each of `lines` starts in `"\n".join(lines)`."""
-    starts = []
-    at = 0
-    for line in lines:
-        starts.append(at)
-        at += len(line) + 1
-    return starts
 
 
 def live(sigs: Iterable[Signature], joined: str) -> list[Signature]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
-from ray_doctor._literals import may_match
+from ray_doctor._literals import line_starts, may_match
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
@@ -226,9 +226,7 @@ def hot_lines(texts: list[str]) -> list[bool]:
     """For each line of a batch: does it hold a cause word? One pass of str.find per anchor
     over the whole batch, then the weak anchors' lines checked word by word."""
     low = "\n".join(texts).lower()
-    starts = [0]
-    for text in texts[:-1]:
-        starts.append(starts[-1] + len(text) + 1)
+    starts = line_starts(texts)
     strong = [False] * len(texts)
     weak = [False] * len(texts)
     for anchor in CAUSE_ANCHORS:
