@@ -91,7 +91,11 @@ def live_job(tmp_path_factory):
     url = f"http://127.0.0.1:{dashboard}"
     try:
         for _attempt in range(2):  # Ray gives a node 30 s to come up: a loaded machine may not
-            start = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
+            # Its own session (autogroup), as a cluster started elsewhere: see test_smoke_join.
+            start = subprocess.run(
+                command, capture_output=True, text=True, env=env, timeout=240,
+                start_new_session=True,
+            )  # fmt: skip
             if start.returncode == 0:
                 break
             _stop_head(tag)
