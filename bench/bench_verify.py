@@ -10,6 +10,9 @@ in separate processes, best of several:
 
 Target: the CRC / structure pass reads at >= 50 % of `cat`'s throughput, peak RSS far below
 the file size. `python bench/bench_verify.py --help`; figures go in bench/README.md.
+
+`--s3` instead uploads the checkpoint to the suite's moto server (tests/s3/s3_server.py) and
+counts the requests `verify-checkpoint s3://...` makes, at the server (HEAD / GET).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +51,7 @@ def main() -> None:
     parser.add_argument("--gigabytes", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out")
+    parser.add_argument("--s3", action="store_true", help="count requests on a moto S3 server")
     parser.add_argument("--build-only", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build_only:
@@ -60,6 +65,9 @@ def main() -> None:
         [sys.executable, __file__, "--build-only", str(args.gigabytes), str(path)], check=True
     )
     size_gb = path.stat().st_size / 2**30
+    if args.s3:
+        count_s3_requests(path, size_gb)
+        return
     measure(f"cat {path} > /dev/null")  # warm the page cache
     cat_wall, _ = best(args.runs, f"cat {path} > /dev/null")
     doctor = [
@@ -84,6 +92,40 @@ def main() -> None:
         f"verify-checkpoint (values too):    {values_wall:6.2f} s  {size_gb / values_wall:5.2f} GB/s"
         f"  {values_rss:5.0f} MB peak RSS"
     )
+
+
+def count_s3_requests(path: Path, size_gb: float) -> None:
+    """Upload `path` to a moto server, verify it there, and print the requests served."""
+    import collections
+    import os
+
+    sys.path.insert(0, str(REPO / "tests" / "s3"))
+    from s3_server import client_env, start_s3_server
+
+    server = start_s3_server("moto")
+    try:
+        bucket = server.bucket("verify")
+        key = f"{bucket}/checkpoint/{path.name}"
+        with path.open("rb") as source, server.filesystem().open_output_stream(key) as out:
+            while chunk := source.read(64 << 20):  # streamed: the bench holds no 1 GB copy
+                out.write(chunk)
+        uri = server.uri(bucket, f"checkpoint/{path.name}")
+        command = [sys.executable, "-m", "ray_doctor", "verify-checkpoint", uri, "-f", "json"]
+        env = {**os.environ, **client_env(server.endpoint)}
+        with server.counting() as served:
+            started = time.perf_counter()
+            run = subprocess.run(command, capture_output=True, text=True, env=env)
+            wall = time.perf_counter() - started
+        if run.returncode not in (0, 1):
+            raise SystemExit(f"verify-checkpoint failed ({run.returncode}): {run.stderr[-2000:]}")
+        methods = collections.Counter(method for method, _ in served)
+        print(f"file: {path} ({size_gb:.2f} GB) on moto at {server.endpoint}")
+        print(
+            f"verify-checkpoint s3://...: {len(served)} requests "
+            f"({', '.join(f'{n} {m}' for m, n in sorted(methods.items()))}) in {wall:.1f} s"
+        )
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":

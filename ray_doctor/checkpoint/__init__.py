@@ -73,9 +73,10 @@ def analyse_file(storage: Storage, path: str, size: int, values: bool = True) ->
                 "checkpoint-corrupt", "the file is empty (0 bytes): written but never filled"
             )
         return result
+    counted = None  # NaN / Inf counts taken during the CRC pass (remote zips)
     if kind == "zip":
         result.format = "zip"
-        _torchfile.analyse_torch_zip(storage, result)
+        counted = _torchfile.analyse_torch_zip(storage, result, count_values=values)
     elif kind == "safetensors":
         _safetensors.analyse(storage, result)
     elif (
@@ -91,7 +92,7 @@ def analyse_file(storage: Storage, path: str, size: int, values: bool = True) ->
             "not a zip, safetensors or pickle file (random bytes, or a different format)",
         )
     if values and not result.problems:
-        _check_values(storage, result)
+        _check_values(storage, result, counted)
     return result
 
 
@@ -100,9 +101,13 @@ def _is_pickle_name(path: str) -> bool:
     return name.endswith((".pkl", ".pickle")) or name in (".tune_metadata", "_preprocessor")
 
 
-def _check_values(storage: Storage, result: FileResult) -> None:
+def _check_values(
+    storage: Storage, result: FileResult, counted: dict[int, int] | None = None
+) -> None:
+    """NaN / Inf per tensor: `counted` when the structure pass counted them already (by index
+    in result.tensors; absent means not a counted dtype), else read here."""
     members = None
-    if result.format == "torch-zip":
+    if result.format == "torch-zip" and counted is None:
         try:
             members = {
                 m.name: m for m in _zip.read_directory(storage, result.raw_path, result.size)
@@ -110,12 +115,17 @@ def _check_values(storage: Storage, result: FileResult) -> None:
         except (_zip.ZipError, StorageError):
             return
     bad: list[tuple[Tensor, int]] = []
-    for tensor in result.tensors:
-        try:
-            count = nonfinite(storage, tensor, members)
-        except (StorageError, _zip.ZipError, ValueError) as exc:
-            result.problem("checkpoint-corrupt", f"tensor {tensor.name}: bytes unreadable ({exc})")
-            return
+    for index, tensor in enumerate(result.tensors):
+        if counted is not None:
+            count = counted.get(index, 0)
+        else:
+            try:
+                count = nonfinite(storage, tensor, members)
+            except (StorageError, _zip.ZipError, ValueError) as exc:
+                result.problem(
+                    "checkpoint-corrupt", f"tensor {tensor.name}: bytes unreadable ({exc})"
+                )
+                return
         if count:
             bad.append((tensor, count))
     if bad:

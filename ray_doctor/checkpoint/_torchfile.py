@@ -19,7 +19,8 @@ from ray_doctor.checkpoint._pickle import (
     analyse,
     analyse_stream,
 )
-from ray_doctor.storage import Storage, StorageError
+from ray_doctor.checkpoint._values import NonfiniteCounter, counted_dtype
+from ray_doctor.storage import LocalStorage, Storage, StorageError
 
 MAX_PICKLE = 512 * 1024 * 1024  # a data.pkl larger than this is not a checkpoint's index
 MAX_DEPTH = 64
@@ -234,17 +235,41 @@ def optimizers(root: Any, tensors: dict[str, tuple[int, ...]]) -> list[Optimizer
     return found
 
 
-def analyse_torch_zip(storage: Storage, result: FileResult, workers: int = 2) -> None:
+def analyse_torch_zip(
+    storage: Storage, result: FileResult, workers: int = 2, count_values: bool = False
+) -> dict[int, int] | None:
+    """Structure, CRCs, globals and tensors of a torch.save zip.
+
+    With `count_values` on remote storage the tensors' NaN / Inf are counted in the same pass
+    that checks the CRCs, so each byte is fetched once, not once per pass (a 1 GB checkpoint
+    on S3: 17 GETs, not 33). Returns those counts by index in `result.tensors`, else None.
+    """
     try:
         members = _zip.read_directory(storage, result.raw_path, result.size)
     except _zip.ZipError as exc:
         result.problem("checkpoint-corrupt", f"broken zip archive: {exc}")
-        return
+        return None
     except StorageError as exc:
         result.problem("checkpoint-corrupt", f"cannot read: {exc.reason}")
-        return
-    for problem in _zip.check_members(storage, result.raw_path, members, workers):
+        return None
+    if not count_values or isinstance(storage, LocalStorage):
+        for problem in _zip.check_members(storage, result.raw_path, members, workers):
+            result.problem("checkpoint-corrupt", problem)
+        _analyse_index(storage, result, members)
+        return None
+    # The pickle first (it locates the tensors), then the CRC pass feeding the counters; the
+    # CRC problems are still listed first, as in the order above.
+    _analyse_index(storage, result, members)
+    found_in_index, result.problems = result.problems, []
+    counters, observers = _value_counters(result, members)
+    for problem in _zip.check_members(storage, result.raw_path, members, workers, observers):
         result.problem("checkpoint-corrupt", problem)
+    result.problems += found_in_index
+    return {index: counter.count for index, counter in counters.items()}
+
+
+def _analyse_index(storage: Storage, result: FileResult, members: list[_zip.Member]) -> None:
+    """data.pkl: its globals and the tensors it declares."""
     by_name = {m.name: m for m in members}
     pickles = [m for m in members if m.name.endswith("/data.pkl") or m.name == "data.pkl"]
     if not pickles:
@@ -260,6 +285,32 @@ def analyse_torch_zip(storage: Storage, result: FileResult, workers: int = 2) ->
         return
     check_globals(result, info, WEIGHTS, index.name)
     _collect(storage, result, info, prefix, by_name)
+
+
+def _value_counters(
+    result: FileResult, members: list[_zip.Member]
+) -> tuple[dict[int, NonfiniteCounter], dict[str, _zip.Observer]]:
+    """A counter per located float tensor in a stored member, and per member the observer
+    that feeds its tensors' counters (positions are within the member's bytes)."""
+    stored = {m.name for m in members if m.method == 0}
+    counters: dict[int, NonfiniteCounter] = {}
+    by_member: dict[str, list[NonfiniteCounter]] = {}
+    for index, tensor in enumerate(result.tensors):
+        dtype = counted_dtype(tensor)
+        if dtype is None or tensor.location[1] not in stored:
+            continue
+        _, member_name, offset, length = tensor.location
+        counters[index] = NonfiniteCounter(dtype, offset, length)
+        by_member.setdefault(member_name, []).append(counters[index])
+
+    def observer(member_counters: list[NonfiniteCounter]) -> _zip.Observer:
+        def feed(position: int, chunk: bytes) -> None:
+            for counter in member_counters:
+                counter.feed(position, chunk)
+
+        return feed
+
+    return counters, {name: observer(found) for name, found in by_member.items()}
 
 
 def _collect(

@@ -25,10 +25,8 @@ def nonfinite(
     storage: Storage, tensor: Tensor, members: dict[str, _zip.Member] | None = None
 ) -> int:
     """How many elements of `tensor` are NaN or infinite (0 for non-float dtypes)."""
-    if tensor.location is None or (tensor.dtype not in FLOATS and tensor.dtype != "bfloat16"):
+    if counted_dtype(tensor) is None:
         return 0
-    import numpy as np  # only when values are checked
-
     path, member_name, offset, length = tensor.location
     if member_name is not None:
         member = (members or {}).get(member_name)
@@ -37,19 +35,52 @@ def nonfinite(
         start = _zip.data_offset(storage, path, member) + offset
     else:
         start = offset
-    if tensor.dtype == "bfloat16":
-        itemsize, view = 2, "<u2"
-    else:
-        view = FLOATS[tensor.dtype]
-        itemsize = np.dtype(view).itemsize
-    bad = 0
-    chunk = CHUNK - CHUNK % itemsize
-    for position in range(0, length, chunk):
-        data = storage.read_range(path, start + position, min(chunk, length - position))
-        usable = len(data) - len(data) % itemsize
-        values = np.frombuffer(data[:usable], dtype=view)
-        if tensor.dtype == "bfloat16":
-            bad += int(np.count_nonzero((values & 0x7F80) == 0x7F80))
+    counter = NonfiniteCounter(tensor.dtype, start, length)
+    chunk = CHUNK - CHUNK % 16  # whole elements of every dtype
+    for position in range(start, start + length, chunk):
+        counter.feed(
+            position, storage.read_range(path, position, min(chunk, start + length - position))
+        )
+    return counter.count
+
+
+def counted_dtype(tensor: Tensor) -> str | None:
+    """The dtype whose values are counted, or None (not a float, or its bytes unknown)."""
+    if tensor.location is None or (tensor.dtype not in FLOATS and tensor.dtype != "bfloat16"):
+        return None
+    return tensor.dtype
+
+
+class NonfiniteCounter:
+    """NaN / Inf among the elements of bytes [start, start + length) of a stream fed to it in
+    order, in pieces of any size: an element cut by a piece's end is carried to the next.
+    The CRC pass over a remote zip feeds its members' bytes here as it reads them, so each
+    byte crosses the network once."""
+
+    def __init__(self, dtype: str, start: int, length: int) -> None:
+        import numpy as np  # only when values are checked
+
+        self._np = np
+        self._bfloat16 = dtype == "bfloat16"
+        self._view = "<u2" if self._bfloat16 else FLOATS[dtype]
+        self._itemsize = np.dtype(self._view).itemsize
+        self._next, self._end = start, start + length
+        self._carry = b""
+        self.count = 0
+
+    def feed(self, position: int, data: bytes) -> None:
+        """`data` holds the stream's bytes from `position` on."""
+        low, high = max(position, self._next), min(position + len(data), self._end)
+        if high <= low:
+            return
+        piece = memoryview(data)[low - position : high - position]  # no copy of the chunk
+        if self._carry:
+            piece = memoryview(self._carry + piece)
+        self._next = high
+        usable = len(piece) - len(piece) % self._itemsize
+        self._carry = bytes(piece[usable:])
+        values = self._np.frombuffer(piece, dtype=self._view, count=usable // self._itemsize)
+        if self._bfloat16:
+            self.count += int(self._np.count_nonzero((values & 0x7F80) == 0x7F80))
         else:
-            bad += int(values.size - np.count_nonzero(np.isfinite(values)))
-    return bad
+            self.count += int(values.size - self._np.count_nonzero(self._np.isfinite(values)))

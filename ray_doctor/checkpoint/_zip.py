@@ -13,7 +13,7 @@ import os
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -39,6 +39,10 @@ class Member:
     size: int
     crc: int
     method: int
+
+
+# Sees a member's bytes as the CRC pass reads them: (position in the member, chunk).
+Observer = Callable[[int, bytes], None]
 
 
 class ZipError(Exception):
@@ -123,13 +127,18 @@ def member_bytes(storage: Storage, path: str, member: Member) -> Iterator[bytes]
     yield inflater.flush()
 
 
-def check_member(storage: Storage, path: str, member: Member) -> str | None:
-    """None when the member's bytes match its CRC and size; else what is wrong."""
+def check_member(
+    storage: Storage, path: str, member: Member, observe: Observer | None = None
+) -> str | None:
+    """None when the member's bytes match its CRC and size; else what is wrong. `observe`
+    sees each chunk of the member's bytes with its position, as they are read."""
     crc = 0
     total = 0
     try:
         for chunk in member_bytes(storage, path, member):
             crc = crc32(chunk, crc)
+            if observe is not None:
+                observe(total, chunk)
             total += len(chunk)
     except (ZipError, StorageError, zlib.error) as exc:
         return f"member {member.name}: {getattr(exc, 'reason', exc)}"
@@ -144,13 +153,18 @@ def check_member(storage: Storage, path: str, member: Member) -> str | None:
 
 
 def check_members(
-    storage: Storage, path: str, members: list[Member], workers: int = 2
+    storage: Storage,
+    path: str,
+    members: list[Member],
+    workers: int = 2,
+    observers: dict[str, Observer] | None = None,
 ) -> list[str]:
     """CRC and size of every member; the problems found, in member order.
 
     Local files: stored members are cut into windows that threads CRC through mmap (no copy;
     zlib releases the GIL), and each member's window CRCs are combined. Remote files: members
-    in file order through the storage's read-ahead (a few large ranged GETs per file).
+    in file order through the storage's read-ahead (a few large ranged GETs per file), each
+    chunk also shown to the member's observer, if any (remote files only).
     """
     if isinstance(storage, LocalStorage) and hasattr(mmap, "MAP_POPULATE"):
         return _check_local(storage, path, members, workers)
@@ -158,7 +172,8 @@ def check_members(
         # Remote: members in file order, so the storage's read-ahead serves them in a few
         # large GETs (threads reading far apart would each fetch their own block).
         ordered = sorted(members, key=lambda m: m.header_offset)
-        found = {m.name: check_member(storage, path, m) for m in ordered}
+        watch = observers or {}
+        found = {m.name: check_member(storage, path, m, watch.get(m.name)) for m in ordered}
         return [found[m.name] for m in members if found[m.name]]
     if len(members) <= 1 or workers <= 1:
         results = [check_member(storage, path, m) for m in members]

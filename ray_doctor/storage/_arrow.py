@@ -184,9 +184,9 @@ class ArrowStorage(Storage):
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Bytes of `path` from `offset`. The file stays open between calls (one HEAD for its
-        size, not one per read) and each GET reads ahead (`READ_AHEAD`): a checkpoint's central
-        directory, local headers and members are read in a few large ranged GETs, not one
-        request pair per chunk."""
+        size, not one per read) and each GET reads ahead (`READ_AHEAD`), the file's end in one
+        GET of its own (`TAIL`): a checkpoint's central directory, local headers and members
+        are read in a few large ranged GETs, not one request pair per chunk."""
         self._check_reachable(path)
         try:
             return self._remote_file(path).read(offset, length)
@@ -207,32 +207,60 @@ class ArrowStorage(Storage):
 
 # Ranged reads of one file: each GET fetches at least this much, kept for the next reads.
 READ_AHEAD = 64 * 1024 * 1024
+# A file's last bytes (a zip's end record and central directory) come in one GET and are kept
+# apart from the read-ahead block: zipfile's few small reads there cost one request, and
+# reading the directory between two passes over the members does not drop their block.
+TAIL = 1024 * 1024
 OPEN_FILES = 4  # files kept open (and their read-ahead blocks) at once
 
 
 class _ReadAhead:
-    """An open remote file with one read-ahead block; safe to share between threads."""
+    """An open remote file with one read-ahead block and its tail; safe to share between
+    threads."""
 
     def __init__(self, handle) -> None:
         self._handle = handle
         self._lock = threading.Lock()
+        self._size: int | None = None
         self._start = 0
         self._block = b""
+        self._tail_start = -1  # no tail fetched yet
+        self._tail = b""
 
     def read(self, offset: int, length: int) -> bytes:
         with self._lock:
-            end = offset + length
-            if self._start <= offset and end <= self._start + len(self._block):
-                return self._block[offset - self._start : end - self._start]
-            size = self._handle.size()
-            want = min(max(length, READ_AHEAD), max(0, size - offset))
-            block = bytes(self._handle.read_at(want, offset)) if want else b""
-            self._start, self._block = offset, block
-            return block[:length]
+            if self._size is None:
+                self._size = self._handle.size()
+            end = min(offset + length, self._size)
+            if end <= offset:
+                return b""
+            if offset >= self._size - TAIL:
+                if self._tail_start < 0:
+                    self._tail_start = max(0, self._size - TAIL)
+                    self._tail = self._fetch(self._tail_start, self._size - self._tail_start)
+                return self._tail[offset - self._tail_start : end - self._tail_start]
+            block_end = self._start + len(self._block)
+            if self._start <= offset < block_end:
+                if end <= block_end:
+                    return self._block[offset - self._start : end - self._start]
+                # A read across the block's end (members are read in chunks that do not line
+                # up with blocks): fetch on from the block's end, not its bytes again.
+                head = self._block[offset - self._start :]
+                self._load(block_end, end - block_end)
+                return head + self._block[: end - block_end]
+            self._load(offset, end - offset)
+            return self._block[: end - offset]
+
+    def _load(self, offset: int, need: int) -> None:
+        want = min(max(need, READ_AHEAD), self._size - offset)
+        self._start, self._block = offset, self._fetch(offset, want)
+
+    def _fetch(self, offset: int, length: int) -> bytes:
+        return bytes(self._handle.read_at(length, offset))
 
     def close(self) -> None:
         with self._lock:
-            self._block = b""
+            self._block = self._tail = b""
             self._handle.close()
 
 

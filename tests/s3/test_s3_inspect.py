@@ -133,7 +133,7 @@ def test_requests_per_trial_are_few_and_constant(s3_server, tmp_path: Path) -> N
     assert len(small_rest) == len(large_rest) <= 8
 
 
-@pytest.mark.parametrize("scenario", ["healthy", "bitflip"])
+@pytest.mark.parametrize("scenario", ["healthy", "bitflip", "nonfinite"])
 def test_verify_checkpoint_on_s3_takes_a_few_requests(fixtures: Path, s3_server, scenario) -> None:
     # A real torch checkpoint: its size (HEAD), then its central directory, local headers and
     # every member's bytes for the CRC pass through one read-ahead GET.
