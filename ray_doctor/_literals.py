@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -168,10 +169,15 @@ def lines_that_may_match(
         text = joined
     hits: set[int] = set()
     for needle in strings:
-        at = text.find(needle)
-        while at != -1:
-            index = bisect_right(starts, at) - 1
-            hits.add(index)
-            # On to the next line: the rest of this one is already a candidate.
-            at = text.find(needle, starts[index + 1]) if index + 1 < len(starts) else -1
+        hits.update(lines_holding(needle, text, starts))
     return sorted(hits)
+
+
+def lines_holding(needle: str, joined: str, starts: list[int]) -> Iterator[int]:
+    """Indices of the lines of `joined` (see `lines_that_may_match`) holding `needle`."""
+    at = joined.find(needle)
+    while at != -1:
+        index = bisect_right(starts, at) - 1
+        yield index
+        # On to the next line: the rest of this one is already a candidate.
+        at = joined.find(needle, starts[index + 1]) if index + 1 < len(starts) else -1

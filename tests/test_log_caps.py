@@ -3,6 +3,8 @@ traceback (`scan/_logs.py`): it must find what feeding every line finds."""
 
 from __future__ import annotations
 
+from conftest import REPO
+
 from ray_doctor.scan._linesource import LineSource
 from ray_doctor.scan._logs import (
     MACHINE_OPENERS,
@@ -12,15 +14,15 @@ from ray_doctor.scan._logs import (
     _TextLogParser,
     parse_text_log,
 )
-from ray_doctor.scan._normalise import machine_lines
+from ray_doctor.scan._normalise import machine_lines, normalise_lines
 
 NOISE = "[2026-11-22 06:31:39,836 W 14339 14339] (raylet) worker_pool.cc:1: a worker died"
 PLAIN = "[2026-11-22 06:31:39,836 I 14339 14339] (raylet) main.cc:567: all is well"
 
 
-def _every_line(lines: list[str], path: str):
+def _every_line(lines: list[str], path: str, pasted: bool = False):
     parser = _TextLogParser(path)
-    for line in machine_lines(lines):
+    for line in (normalise_lines if pasted else machine_lines)(lines):
         parser.feed(line)
     return parser.finish()
 
@@ -160,3 +162,64 @@ def test_big_session_logs_read_in_processes_give_what_one_process_gives(monkeypa
     assert pooled.files == alone.files and len(pooled.files) > 3
     assert _summary(pooled) == _summary(alone)
     assert seen == list(range(1, len(pooled.files) + 1))
+
+
+# Before the cap, a batch's lines that cannot matter are passed over too (`_feed_batch`): a line
+# of every kind the parser keeps, among plain ones, with tracebacks in every form it opens.
+EVERY_KIND = [
+    "Trials did not complete: [train_fn_0003]",
+    "Trial train_fn_0002 errored after 7 iterations at 2026-11-22 06:31:39.",
+    "Trial task failed for trial train_fn_0001",
+    "KeyboardInterrupt",
+    "Training errored after 3 iterations",
+    "- (ip=10.0.0.1, pid=4242) world_rank=1, local_rank=1, node_rank=0",
+    "4242\t12.5\tpython train.py",
+    "2026-11-22 06:31:39,836 ERROR tune_controller.py:1 -- Trial failed",
+    "[2026-11-22 06:31:39,836 E 14339 14339] (raylet) node_manager.cc:1: bad",
+    "[2026-11-22 06:31:39,836 F 14339 14339] (raylet) check failed",
+    "the node is running low on memory, killing worker 17",  # a cause word only
+    "ray-doctor: an earlier verdict about out of memory",  # ray-doctor's own line: dropped
+    "(train_fn pid=77) Traceback (most recent call last):",
+    '(train_fn pid=77)   File "train.py", line 3, in f',
+    "(train_fn pid=77) ValueError: boom [repeated 3x across cluster]",
+    "Traceback (most recent call last):",
+    '  File "a.py", line 1, in f',
+    "",
+    "During handling of the above exception, another exception occurred:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "b.py", line 2, in g',
+    "RuntimeError: chained",
+    "  a message on a second line",
+    '  File "pasted_frame.py", line 9, in h',
+    "KeyError: 'k'",
+    "OSError: standing alone",
+    "\tindented after a plain line",
+]
+
+
+def test_before_the_cap_passing_over_lines_finds_what_feeding_every_line_finds():
+    lines = []
+    for repeat in range(30):  # below the event cap, across several batches of 4,096 lines
+        lines += [PLAIN] * (97 + repeat) + EVERY_KIND + [NOISE.replace("died", "left")] * 50
+    for pasted in (False, True):
+        fast = parse_text_log(lines, "raylet.out", pasted=pasted)
+        slow = _every_line(lines, "raylet.out", pasted=pasted)
+        assert len(fast.events) < MAX_EVENTS_PER_FILE
+        assert {e.kind for e in fast.events} >= {
+            "trials-incomplete", "trial-errored", "trial-task-failed", "interrupted",
+            "training-failed", "worker-rank", "memory-row", "error-line", "signal",
+        }  # fmt: skip
+        assert _summary(fast) == _summary(slow)
+
+
+def test_real_error_texts_read_the_same_with_lines_passed_over():
+    # The corpus: 340 outputs copied from public issue trackers, none written by us.
+    cases = sorted((REPO / "tests" / "corpus" / "cases").rglob("*.txt"))
+    assert len(cases) > 300
+    for case in cases:
+        lines = case.read_text(errors="replace").splitlines()
+        fast = parse_text_log(lines, case.name, pasted=True)
+        if fast.failures and fast.failures[0][0].source is None:
+            continue  # read as an error.txt (its header): not the line parser
+        assert _summary(fast) == _summary(_every_line(lines, case.name, pasted=True)), case

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
-from ray_doctor._literals import line_starts, may_match
+from ray_doctor._literals import line_starts, lines_holding, lines_that_may_match, may_match
 from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
@@ -231,11 +230,8 @@ def hot_lines(texts: list[str]) -> list[bool]:
     weak = [False] * len(texts)
     for anchor in CAUSE_ANCHORS:
         marks = weak if anchor in WEAK_ANCHORS else strong
-        found = low.find(anchor)
-        while found != -1:
-            index = bisect_right(starts, found) - 1
+        for index in lines_holding(anchor, low, starts):
             marks[index] = True
-            found = low.find(anchor, starts[index + 1] if index + 1 < len(starts) else len(low))
     return [
         is_strong or (is_weak and WEAK_WORDS.search(text.lower()) is not None)
         for text, is_strong, is_weak in zip(texts, strong, weak, strict=True)
@@ -312,6 +308,10 @@ class LogResult:
 
 
 SIGNAL_BEFORE = "error-line"  # a cause word outranks the plain ERROR catch-all
+# A line the catch-all matches holds one of these: a level word, or glog's ` E ` / ` F `
+# between the timestamp and the pid (`[2026-11-22 06:31:39,836 E 14339 14339]`). Its own
+# literal walk would settle for `[`, which every raylet.out line holds.
+ERROR_LINE_NEEDLES = ("ERROR", "CRITICAL", "FATAL", " E ", " F ")
 
 
 def live_events(text: str) -> tuple[EventPattern, ...]:
@@ -547,17 +547,61 @@ def parse_text_log(
         if len(parser.result.events) >= MAX_EVENTS_PER_FILE:
             _feed_past_the_cap(parser, batch)
         else:
-            texts = [line.text for line in batch]
-            parser.patterns = live_events("\n".join(texts))
-            for line, hot in zip(batch, hot_lines(texts), strict=True):
-                parser.feed(line, hot)
-            parser.patterns = EVENT_PATTERNS
+            _feed_batch(parser, batch)
         if parser.full():
             break  # nothing more can be kept from this file: the rest cannot change the result
         if source is not None and len(parser.result.events) >= MAX_EVENTS_PER_FILE:
             _read_past_the_cap(parser, source, logical, pasted)
             break
     return parser.finish()
+
+
+def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
+    """Feed a batch of lines before the file's event cap. Only some lines can change what the
+    parser keeps: one that may open a traceback, holds a cause word, or holds what a live event
+    pattern needs. They are found for the whole batch at once (`_lines_that_matter`); the runs
+    between them, while no traceback is open, only move the parser's context on (`skip`),
+    instead of each line costing a walk through the parser's tests."""
+    texts = [line.text for line in batch]
+    joined = "\n".join(texts)
+    parser.patterns = live_events(joined)
+    hot = hot_lines(texts)
+    wanted = _lines_that_matter(texts, joined, hot, parser.patterns)
+    if wanted is None:  # a live pattern with nothing to look for: every line may matter
+        wanted = range(len(batch))
+    index = 0
+    for target in (*wanted, len(batch)):
+        while index < target and parser.block is not None:
+            parser.feed(batch[index], hot[index])  # inside a traceback every line counts
+            index += 1
+        if index < target:
+            parser.skip(batch[index:target])
+            index = target
+        if index < len(batch):
+            parser.feed(batch[index], hot[index])
+            index += 1
+    parser.patterns = EVENT_PATTERNS
+
+
+def _lines_that_matter(
+    texts: list[str], joined: str, hot: list[bool], patterns: tuple[EventPattern, ...]
+) -> list[int] | None:
+    """Indices of the lines of a batch that may open a traceback, hold a cause word, or hold
+    what one of `patterns` needs (ascending); None when a pattern has nothing to look for."""
+    starts = line_starts(texts)
+    found = {i for i, text in enumerate(texts) if hot[i] or text[:1] in IDENTIFIER_START}
+    for needle in OPENER_NEEDLES:
+        found.update(lines_holding(needle, joined, starts))
+    for event in patterns:
+        if event.kind == SIGNAL_BEFORE:
+            for needle in ERROR_LINE_NEEDLES:
+                found.update(lines_holding(needle, joined, starts))
+            continue
+        candidates = lines_that_may_match(event.pattern, joined, starts)
+        if candidates is None:
+            return None
+        found.update(candidates)
+    return sorted(found)
 
 
 def _feed_past_the_cap(parser: _TextLogParser, batch: list[TextLine]) -> None:
@@ -598,6 +642,8 @@ def _read_past_the_cap(
 
 
 IDENTIFIER_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+# With a line starting with a name (IDENTIFIER_START), what `_may_open` looks for.
+OPENER_NEEDLES = ('File "', "Traceback (")
 
 
 def _may_open(line: TextLine) -> bool:
@@ -606,7 +652,7 @@ def _may_open(line: TextLine) -> bool:
     standing alone, which starts with a name (with no worker prefix, so the line's own first
     character)."""
     text = line.text
-    return text[:1] in IDENTIFIER_START or 'File "' in text or "Traceback (" in text
+    return text[:1] in IDENTIFIER_START or any(needle in text for needle in OPENER_NEEDLES)
 
 
 def _first_opener(batch: list[TextLine], start: int) -> int:
