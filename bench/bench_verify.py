@@ -106,7 +106,10 @@ def count_s3_requests(path: Path, size_gb: float) -> None:
     try:
         bucket = server.bucket("verify")
         key = f"{bucket}/checkpoint/{path.name}"
-        with path.open("rb") as source, server.filesystem().open_output_stream(key) as out:
+        with (
+            path.open("rb") as source,
+            server.filesystem(request_timeout=600).open_output_stream(key) as out,
+        ):
             while chunk := source.read(64 << 20):  # streamed: the bench holds no 1 GB copy
                 out.write(chunk)
         uri = server.uri(bucket, f"checkpoint/{path.name}")

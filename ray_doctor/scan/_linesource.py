@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 MAX_LINE = 1 << 20  # longer lines are cut, as `Storage.iter_lines` cuts them
 
 # What makes a line worth handing out: a byte string anywhere in it, or a pattern whose
-# match ends on the line's first byte (`\n` then what may start it: searched from the
-# newline before, which keeps `re`'s fast literal-prefix scan).
+# match starts with the newline before the line (`\n` then what the line may start with:
+# searched from that newline, which keeps `re`'s fast literal-prefix scan) and ends in it.
 Opener = bytes | re.Pattern[bytes]
 
 
@@ -109,8 +109,10 @@ class LineSource:
     def _search(self, opener: Opener) -> int:
         if isinstance(opener, bytes):
             return self._buf.find(opener, self._pos)
-        if self._pos == 0 and opener.match(b"\n" + self._buf[:1]):  # no newline before
-            return 0
+        if self._pos == 0:  # the buffer starts with a line, with no newline before it
+            first_end = self._buf.find(b"\n")
+            if opener.match(b"\n" + self._buf[: first_end if first_end != -1 else None]):
+                return 0
         found = opener.search(self._buf, max(self._pos - 1, 0))
         return found.end() - 1 if found else -1
 

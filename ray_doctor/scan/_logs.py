@@ -716,9 +716,15 @@ PASTED_OPENERS: tuple[Opener, ...] = tuple(
     )
 )
 # In a log Ray's own processes wrote only colour codes come off a line, so an exception line
-# standing alone starts the line: a name, or a colour code before one.
+# standing alone (`STANDALONE_EXCEPTION` whose name passes `is_exception_line`) starts the line,
+# after colour codes if any: a dotted name whose last part ends like an exception's, then `: `.
+# (`\w` of a str pattern is Unicode: here a name's non-ASCII bytes are taken as word bytes.)
+_NAME_END = b"|".join(name.encode() for name in (*EXC_SUFFIXES, *sorted(EXC_NAMES)))
 MACHINE_OPENERS: tuple[Opener, ...] = (
-    re.compile(rb"\n[A-Za-z_\x1b]"),
+    re.compile(
+        rb"\n(?:\x1b\[[0-9;?]*[A-Za-z])*(?:[A-Za-z_][\w\x80-\xff]*\.)*"
+        rb"(?=[A-Za-z_])[\w\x80-\xff]*(?:" + _NAME_END + rb")(?:\([\w.\x80-\xff]+\))?: "
+    ),
     b'File "',
     b"Traceback (",
 )

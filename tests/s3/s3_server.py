@@ -59,7 +59,9 @@ class S3Server:
         """`s3://bucket/key?endpoint_override=...&scheme=http`."""
         return f"s3://{bucket}/{key.strip('/')}?{self.query}".replace("/?", "?")
 
-    def filesystem(self):
+    def filesystem(self, request_timeout: float | None = None):
+        """A pyarrow S3 filesystem on this server. `request_timeout`: for big uploads, whose
+        completion moto assembles in Python (a retried completion fails: its upload is gone)."""
         import pyarrow.fs as pafs
 
         if self.kind == "rclone":
@@ -74,6 +76,7 @@ class S3Server:
             region=REGION,
             allow_bucket_creation=True,
             allow_bucket_deletion=True,
+            **({"request_timeout": request_timeout} if request_timeout else {}),
         )
 
     def bucket(self, prefix: str = "bucket") -> str:
