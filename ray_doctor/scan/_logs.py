@@ -221,11 +221,14 @@ WEAK_WORDS = re.compile(
 )
 
 
-def hot_lines(texts: list[str]) -> list[bool]:
+def hot_lines(
+    texts: list[str], joined: str | None = None, starts: list[int] | None = None
+) -> list[bool]:
     """For each line of a batch: does it hold a cause word? One pass of str.find per anchor
-    over the whole batch, then the weak anchors' lines checked word by word."""
-    low = "\n".join(texts).lower()
-    starts = line_starts(texts)
+    over the whole batch, then the weak anchors' lines checked word by word. `joined` and
+    `starts`: the batch joined by newlines and where each line starts, when the caller has them."""
+    low = ("\n".join(texts) if joined is None else joined).lower()
+    starts = line_starts(texts) if starts is None else starts
     strong = [False] * len(texts)
     weak = [False] * len(texts)
     for anchor in CAUSE_ANCHORS:
@@ -564,9 +567,10 @@ def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
     instead of each line costing a walk through the parser's tests."""
     texts = [line.text for line in batch]
     joined = "\n".join(texts)
+    starts = line_starts(texts)
     parser.patterns = live_events(joined)
-    hot = hot_lines(texts)
-    wanted = _lines_that_matter(texts, joined, hot, parser.patterns)
+    hot = hot_lines(texts, joined, starts)
+    wanted = _lines_that_matter(texts, joined, starts, hot, parser.patterns)
     if wanted is None:  # a live pattern with nothing to look for: every line may matter
         wanted = range(len(batch))
     index = 0
@@ -584,11 +588,14 @@ def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
 
 
 def _lines_that_matter(
-    texts: list[str], joined: str, hot: list[bool], patterns: tuple[EventPattern, ...]
+    texts: list[str],
+    joined: str,
+    starts: list[int],
+    hot: list[bool],
+    patterns: tuple[EventPattern, ...],
 ) -> list[int] | None:
     """Indices of the lines of a batch that may open a traceback, hold a cause word, or hold
     what one of `patterns` needs (ascending); None when a pattern has nothing to look for."""
-    starts = line_starts(texts)
     found = {i for i, text in enumerate(texts) if hot[i] or text[:1] in IDENTIFIER_START}
     for needle in OPENER_NEEDLES:
         found.update(lines_holding(needle, joined, starts))
