@@ -124,9 +124,27 @@ def _lowered(text: str) -> str:
     return _LOWERED[1]
 
 
+# `needles` by the pattern's identity: a compiled pattern hashes its whole program on every
+# lookup (~0.3 us, as long as the `in` tests themselves), and a failing sweep asks 600,000 times.
+# The pattern is kept with its entry, so its id cannot be reused while the entry stands.
+_BY_PATTERN: dict[int, tuple[re.Pattern[str], tuple[Needles, bool] | None]] = {}
+MAX_PATTERNS = 4096
+
+
+def _needles_of(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
+    entry = _BY_PATTERN.get(id(pattern))
+    if entry is not None and entry[0] is pattern:
+        return entry[1]
+    if len(_BY_PATTERN) >= MAX_PATTERNS:
+        _BY_PATTERN.clear()
+    found = needles(pattern)
+    _BY_PATTERN[id(pattern)] = (pattern, found)
+    return found
+
+
 def may_match(pattern: re.Pattern[str], text: str) -> bool:
     """False only when `pattern` cannot match anywhere in `text`."""
-    found = needles(pattern)
+    found = _needles_of(pattern)
     if found is None:
         return True
     strings, blind = found
@@ -157,7 +175,7 @@ def lines_that_may_match(
     `starts[i]`) that may hold a match, ascending; None when the pattern has no needles to
     look for (every line may). One `str.find` sweep per needle over the whole text instead of
     a test per line and pattern. `lowered`: `joined.lower()`, when the caller has it."""
-    found = needles(pattern)
+    found = _needles_of(pattern)
     if found is None:
         return None
     strings, blind = found

@@ -89,3 +89,15 @@ def test_no_match_is_ever_filtered_out():
                 not any(pattern.search(line) for line in lines)
             )
     assert checked > 50
+
+
+def test_patterns_made_and_dropped_at_run_time_get_their_own_needles():
+    """The needles are looked up by the pattern's identity: a pattern made after another was
+    dropped (and may reuse its id) must not get the other's needles, past the table's size."""
+    from ray_doctor._literals import MAX_PATTERNS
+
+    for index in range(MAX_PATTERNS + 200):
+        word = f"word{index}x"
+        pattern = re.compile(f"{word}|{word}y")  # a new object each time, the last one dropped
+        assert may_match(pattern, f"... {word} ...")
+        assert not may_match(pattern, f"... word{index + 1}x ...")
