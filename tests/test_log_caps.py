@@ -3,6 +3,8 @@ traceback (`scan/_logs.py`): it must find what feeding every line finds."""
 
 from __future__ import annotations
 
+from itertools import islice
+
 from conftest import REPO
 
 from ray_doctor.scan._linesource import LineSource
@@ -233,3 +235,72 @@ def test_real_error_texts_read_the_same_with_lines_passed_over():
         if fast.failures and fast.failures[0][0].source is None:
             continue  # read as an error.txt (its header): not the line parser
         assert _summary(fast) == _summary(_every_line(lines, case.name, pasted=True)), case
+
+
+def _whole_lines_in_tail(data: bytes, tail: int, max_line: int) -> list[tuple[int, str]]:
+    """What `LineSource.tail_lines` must give, worked out the plain way: the lines starting
+    in the last `tail` bytes, numbered from the file's first line."""
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    found, at = [], 0
+    for number, raw in enumerate(lines, start=1):
+        if at >= len(data) - tail:
+            found.append((number, raw[:max_line].decode("utf-8", "replace")))
+        at += len(raw) + 1
+    return found
+
+
+def test_the_tail_is_numbered_as_the_file_is():
+    lines = [f"line {i} " + "x" * (i * 37 % 300) for i in range(3000)]
+    lines[2500] = "y" * 5000  # an overlong line inside the tail
+    lines[2700] = "crlf\r"
+    data = "\n".join(lines).encode()
+    for ending in (b"", b"\n"):  # with and without the last line end
+        for chunk in (997, 4096, 65536):
+            for tail in (1, 1000, 60_000, 10**7):
+                source = LineSource(_chunks(data + ending, chunk), MACHINE_OPENERS, 1024, tail=tail)
+                list(islice(source, 100))  # a reader that stopped early
+                expected = _whole_lines_in_tail(data + ending, tail, 1024)
+                assert source.tail_lines() == expected, (chunk, tail, ending)
+
+
+KILL = (
+    "[2026-11-22 06:40:12,489 I 20144 20144] (raylet) node_manager.cc:3199: Killing 1 "
+    "worker(s), kill details: Memory on the node (IP: 192.0.2.2, ID: 48d3) was 3.66GB used / "
+    "23.54GB limit (0.155360)"
+)
+
+
+def test_a_cause_logged_at_the_end_of_a_long_log_is_kept():
+    from ray_doctor.scan._logs import TAIL_BYTES, TAIL_EVENTS
+
+    # Chatter that fills the event cap in its first lines, then plain lines, then the kill:
+    # the run's end, where its death is logged.
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 30_000 + [KILL] + [PLAIN] * 50
+    data = "\n".join(lines).encode() + b"\n"
+    source = LineSource(_chunks(data, 4096), MACHINE_OPENERS, tail=TAIL_BYTES)
+    stored = parse_text_log(source, "raylet.out", pasted=False)
+    kills = [e for e in stored.events if e.line == KILL]
+    assert [e.source.line for e in kills] == [len(lines) - 50]
+    # The head is what it was; the tail adds what the cap left out, once.
+    assert [e.source.line for e in stored.events[:MAX_EVENTS_PER_FILE]] == list(
+        range(1, MAX_EVENTS_PER_FILE + 1)
+    )
+    assert len(stored.events) == MAX_EVENTS_PER_FILE + 1
+
+    # A tail dense with events keeps its last TAIL_EVENTS, as feeding it every line finds them.
+    noisy_end = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 100 + [NOISE, KILL] * 400
+    data = "\n".join(noisy_end).encode() + b"\n"
+    source = LineSource(_chunks(data, 997), MACHINE_OPENERS, tail=TAIL_BYTES)
+    stored = parse_text_log(source, "raylet.out", pasted=False)
+    parser = _TextLogParser("raylet.out", max_events=10**9)
+    for line in machine_lines(noisy_end):
+        parser.feed(line)
+    every = parser.finish().events
+    cap_line = every[MAX_EVENTS_PER_FILE - 1].source.line
+    expected = [e for e in every if e.source.line > cap_line][-TAIL_EVENTS:]
+    assert _summary(stored)[1][MAX_EVENTS_PER_FILE:] == [
+        (e.kind, e.source, e.trial, e.pid, e.text) for e in expected
+    ]
+    assert stored.events[-1].line == KILL

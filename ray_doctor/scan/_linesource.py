@@ -5,11 +5,16 @@ lines that may open a traceback. Finding the next one in the raw bytes with `byt
 speed, one pass per needle per buffer) instead of decoding, cleaning and testing every line in
 Python is what makes the rest of a 100 MB raylet.out nearly free. The lines passed over still
 count for line numbers, and the last few are handed back as the reader's context.
+
+A run's death is written at the end of its logs, after hours of chatter that fill a reader's
+event cap long before: the source keeps the last `tail` bytes it read (the buffers themselves,
+no copy), and `tail_lines()` hands them out numbered once the file is read to its end.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 
 MAX_LINE = 1 << 20  # longer lines are cut, as `Storage.iter_lines` cuts them
@@ -31,6 +36,7 @@ class LineSource:
         openers: tuple[Opener, ...] = (),
         max_line: int = MAX_LINE,
         keep: int = 6,
+        tail: int = 0,
     ) -> None:
         self._chunks = chunks
         self._openers = openers
@@ -45,6 +51,11 @@ class LineSource:
         self.should_skip: Callable[[], bool] | None = None
         self.passed_over: list[tuple[int, str]] = []
         self.lines_passed_over = 0
+        self._tail_limit = tail
+        self._tail: deque[bytes] = deque()  # the last chunks read, `tail` bytes and a chunk
+        self._tail_size = 0
+        self._dropped_newlines = 0  # line ends in the chunks dropped from the tail's front
+        self._dropped_ends_line = True  # the last chunk dropped ended with a line end
 
     def __iter__(self) -> LineSource:
         return self
@@ -87,10 +98,65 @@ class LineSource:
         if not chunk:
             self._eof = True
             return False
+        if self._tail_limit:
+            self._keep_tail(chunk)
         self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
         self._next_hit.clear()
         return True
+
+    def _keep_tail(self, chunk: bytes) -> None:
+        if len(chunk) >= self._tail_limit:  # it holds the whole tail: keep its end only
+            while self._tail:
+                self._drop_front()
+            cut = len(chunk) - self._tail_limit
+            self._forget(chunk[:cut])
+            chunk = chunk[cut:]
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
+        while self._tail_size - len(self._tail[0]) >= self._tail_limit:
+            self._drop_front()
+
+    def _drop_front(self) -> None:
+        data = self._tail.popleft()
+        self._tail_size -= len(data)
+        self._forget(data)
+
+    def _forget(self, data: bytes) -> None:
+        """Count the lines of bytes that leave the tail (they number the lines kept)."""
+        if data:
+            self._dropped_newlines += data.count(b"\n")
+            self._dropped_ends_line = data.endswith(b"\n")
+
+    @property
+    def keeps_tail(self) -> bool:
+        return self._tail_limit > 0
+
+    def tail_lines(self) -> list[tuple[int, str]]:
+        """The numbered whole lines of the last `tail` bytes of the file (at most), read to
+        its end first. Lines are cut at `max_line` and numbered as `__next__` numbers them."""
+        while self._fill():  # what the reader did not need: only the tail is kept
+            self._pos = len(self._buf)
+        data = b"".join(self._tail)
+        if len(data) > self._tail_limit:
+            self._forget(data[: len(data) - self._tail_limit])
+            data = data[len(data) - self._tail_limit :]
+        self._tail = deque([data])
+        self._tail_size = len(data)
+        lineno = self._dropped_newlines + 1  # the number of the line `data` starts in
+        start = 0
+        if not self._dropped_ends_line:  # it starts inside a line: from the next one on
+            start = data.find(b"\n") + 1
+            if start == 0:
+                return []
+            lineno += 1
+        lines = data[start:].split(b"\n")
+        if lines and not lines[-1]:
+            lines.pop()  # the file's last line end
+        return [
+            (lineno + index, raw[: self._max_line].decode("utf-8", "replace"))
+            for index, raw in enumerate(lines)
+        ]
 
     def _first_hit(self) -> int:
         """The first position at or after _pos on a line an opener finds, -1 when none in

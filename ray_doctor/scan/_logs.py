@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,12 @@ RECORD_START = re.compile(
 MAX_TRACEBACK_LINES = 2000
 MAX_MESSAGE_CONTINUATION = 60
 MAX_EVENTS_PER_FILE = 2000
+# A run's death is logged at the end, after hours of chatter that fill the event cap early: the
+# last TAIL_BYTES of a stored log whose cap was reached are read for events too (the last
+# TAIL_EVENTS of them kept). 256 KiB is thousands of lines: a raylet.out's last tens of minutes
+# (its periodic state dumps are its bulk); each file's tail costs what its first 256 KiB did.
+TAIL_BYTES = 256 * 1024
+TAIL_EVENTS = 200
 MAX_ERROR_LINES_PER_FILE = 500  # plain ERROR records: enough to see them, not to crowd out causes
 MAX_FAILURES_PER_FILE = 50
 MAX_EXCERPT = 300
@@ -346,8 +353,11 @@ def _classify(
 class _TextLogParser:
     """Stream a text log; collect tracebacks and notable lines."""
 
-    def __init__(self, path: str, pid: str | None = None) -> None:
+    def __init__(
+        self, path: str, pid: str | None = None, max_events: int = MAX_EVENTS_PER_FILE
+    ) -> None:
         self.path = path
+        self.max_events = max_events
         self.file_pid = pid  # the process a per-worker log file belongs to
         self.result = LogResult(files=[path])
         self.context: deque[str] = deque(maxlen=4)
@@ -382,7 +392,7 @@ class _TextLogParser:
     def idle(self) -> bool:
         """No traceback open and no room for events: only a line that opens a traceback can
         change anything (the context kept for it aside)."""
-        return self.block is None and len(self.result.events) >= MAX_EVENTS_PER_FILE
+        return self.block is None and self.capped()
 
     def skip(self, lines: list[TextLine]) -> None:
         """What feeding `lines` does while `idle()` when none of them can open a traceback
@@ -480,7 +490,7 @@ class _TextLogParser:
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
         claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
         if background or (self.block_pid is not None and not claimed):
-            if len(self.result.events) < MAX_EVENTS_PER_FILE:
+            if not self.capped():
                 where = failure.exc_line or failure.source
                 excerpt = f"{failure.summary}"[:MAX_EXCERPT]
                 self.result.events.append(
@@ -496,7 +506,7 @@ class _TextLogParser:
         self.result.failures.append((failure, trial))
 
     def _event(self, lineno: int, line: str, pid: str | None = None) -> None:
-        if len(self.result.events) >= MAX_EVENTS_PER_FILE or not line.strip():
+        if self.capped() or not line.strip():
             return
         found = _classify(line, self.hot, self.patterns)
         if found:
@@ -514,12 +524,13 @@ class _TextLogParser:
                 LogEvent(kind, evidence, trial, int(pid) if pid else None, text)
             )
 
+    def capped(self) -> bool:
+        """The file has given all the events it may: only a traceback can add anything."""
+        return len(self.result.events) >= self.max_events
+
     def full(self) -> bool:
         """Both caps reached: no later line can add an event or a failure."""
-        return (
-            len(self.result.events) >= MAX_EVENTS_PER_FILE
-            and len(self.result.failures) >= MAX_FAILURES_PER_FILE
-        )
+        return self.capped() and len(self.result.failures) >= MAX_FAILURES_PER_FILE
 
     def finish(self) -> LogResult:
         if self.block is not None:
@@ -547,16 +558,34 @@ def parse_text_log(
     parser = _TextLogParser(path, pid)
     batches = _batches(_chain(head, logical))
     for batch in batches:
-        if len(parser.result.events) >= MAX_EVENTS_PER_FILE:
+        if parser.capped():
             _feed_past_the_cap(parser, batch)
         else:
             _feed_batch(parser, batch)
         if parser.full():
             break  # nothing more can be kept from this file: the rest cannot change the result
-        if source is not None and len(parser.result.events) >= MAX_EVENTS_PER_FILE:
+        if source is not None and parser.capped():
             _read_past_the_cap(parser, source, logical, pasted)
             break
-    return parser.finish()
+    result = parser.finish()
+    if source is not None and source.keeps_tail and parser.capped():
+        last = result.events[-1].source.line or 0
+        result.events += _tail_events(source.tail_lines(), path, pid, pasted, after=last)
+    return result
+
+
+def _tail_events(
+    numbered: list[tuple[int, str]], path: str, pid: str | None, pasted: bool, after: int
+) -> list[LogEvent]:
+    """The events of a file's tail (`LineSource.tail_lines`) past line `after`, where the
+    file's event cap was reached: the last TAIL_EVENTS of them. Failures are not taken here:
+    past the cap the reader still found every traceback."""
+    parser = _TextLogParser(path, pid, max_events=sys.maxsize)
+    logical = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
+    for batch in _batches(iter(logical)):
+        _feed_batch(parser, batch)
+    events = [event for event in parser.finish().events if (event.source.line or 0) > after]
+    return events[-TAIL_EVENTS:]
 
 
 def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
@@ -740,7 +769,7 @@ MACHINE_OPENERS: tuple[Opener, ...] = (
 def read_log_file(storage: Storage, path: str) -> LogResult:
     try:
         openers = PASTED_OPENERS if _pasted(path) else MACHINE_OPENERS
-        source = LineSource(storage.iter_chunks(path), openers)
+        source = LineSource(storage.iter_chunks(path), openers, tail=TAIL_BYTES)
         return parse_log(source, path, storage.display(path))
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])

@@ -99,3 +99,37 @@ def test_public_kill_notice_names_its_largest_memory_user():
     _, report = inspect_json("-", stdin=text)
     assert "held by pid 18410" in report["findings"][0]["message"]
     assert "26.84 GB" in report["findings"][0]["message"]
+
+
+def test_the_kill_at_the_end_of_a_long_session_is_found(fixtures, tmp_path):
+    """A long session: thousands of real lines of other runs' raylet.out and gcs_server.out
+    (enough to fill the log reader's event cap many times over) before the memory monitor's
+    kill, logged at the end as the run died."""
+    base = fixtures / "tune_oom_memory_monitor"
+    logs = tmp_path / "session_logs"
+    logs.mkdir()
+    chatter_lines = {}
+    for kind, copies in (("raylet.out", 40), ("gcs_server.out", 60)):
+        chatter = b"".join(
+            p.read_bytes()
+            for p in sorted(fixtures.glob(f"*/session_logs/{kind}"))
+            if p.parent.parent != base
+        )
+        assert chatter.endswith(b"\n")
+        (logs / kind).write_bytes(chatter * copies + (base / "session_logs" / kind).read_bytes())
+        chatter_lines[kind] = chatter.count(b"\n") * copies
+    for other in (base / "session_logs").iterdir():
+        if not (logs / other.name).exists():
+            (logs / other.name).write_bytes(other.read_bytes())
+
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_oom_memory_monitor")), "--logs", str(logs)
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "oom-ray-memory-monitor")
+    original = (base / "session_logs" / "raylet.out").read_text().splitlines()
+    kill = next(i for i, line in enumerate(original, start=1) if "Killing 1 worker(s)" in line)
+    lines = {(e["path"].rsplit("/", 1)[-1], e["line"]) for e in finding["evidence"]}
+    assert ("raylet.out", chatter_lines["raylet.out"] + kill) in lines
+    # The kernel's OOM killer is not named as the cause of what Ray's monitor did.
+    assert not findings_of(report, "oom-killed-by-os")
