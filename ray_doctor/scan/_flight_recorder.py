@@ -19,7 +19,6 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from ray_doctor.checkpoint._pickle import Global, Obj, Persistent, PickleError, analyse
 from ray_doctor.model import (
     CollectiveCall,
     CollectiveEvidence,
@@ -123,6 +122,10 @@ def from_json(root: Any, shown: str, name: str) -> RankDump | RankExit | None:
 
 
 def _from_pickle(data: bytes, shown: str, name: str) -> RankDump | ScanError | None:
+    # Imported here: the checkpoint package costs every `inspect` ~35 ms to import, and only a
+    # pickled dump needs its pickle machine.
+    from ray_doctor.checkpoint._pickle import PickleError, analyse
+
     try:
         info = analyse(data)  # safe: symbolic pickle machine, nothing is imported or called
     except PickleError as exc:
@@ -141,6 +144,8 @@ def _from_pickle(data: bytes, shown: str, name: str) -> RankDump | ScanError | N
 
 def _plain(value: Any) -> bool:
     """Only containers, strings and numbers, all the way down (iteratively: dumps are big)."""
+    from ray_doctor.checkpoint._pickle import Global, Obj, Persistent
+
     stack = [value]
     while stack:
         item = stack.pop()
