@@ -110,7 +110,7 @@ class LineSource:
             while self._tail:
                 self._drop_front()
             cut = len(chunk) - self._tail_limit
-            self._forget(chunk[:cut])
+            self._forget(chunk, cut)
             chunk = chunk[cut:]
         self._tail.append(chunk)
         self._tail_size += len(chunk)
@@ -122,11 +122,13 @@ class LineSource:
         self._tail_size -= len(data)
         self._forget(data)
 
-    def _forget(self, data: bytes) -> None:
-        """Count the lines of bytes that leave the tail (they number the lines kept)."""
-        if data:
-            self._dropped_newlines += data.count(b"\n")
-            self._dropped_ends_line = data.endswith(b"\n")
+    def _forget(self, data: bytes, end: int | None = None) -> None:
+        """Count the line ends of bytes that leave the tail, `data[:end]` (they number the
+        lines kept)."""
+        end = len(data) if end is None else end
+        if end > 0:
+            self._dropped_newlines += data.count(b"\n", 0, end)
+            self._dropped_ends_line = data[end - 1] == ord("\n")
 
     @property
     def keeps_tail(self) -> bool:
@@ -139,7 +141,7 @@ class LineSource:
             self._pos = len(self._buf)
         data = b"".join(self._tail)
         if len(data) > self._tail_limit:
-            self._forget(data[: len(data) - self._tail_limit])
+            self._forget(data, len(data) - self._tail_limit)
             data = data[len(data) - self._tail_limit :]
         self._tail = deque([data])
         self._tail_size = len(data)
