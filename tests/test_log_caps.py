@@ -304,3 +304,21 @@ def test_a_cause_logged_at_the_end_of_a_long_log_is_kept():
         (e.kind, e.source, e.trial, e.pid, e.text) for e in expected
     ]
     assert stored.events[-1].line == KILL
+
+
+def test_a_train_v2_json_log_keeps_its_last_events_past_the_cap():
+    from ray_doctor.scan._logs import TAIL_EVENTS, parse_json_log
+
+    train_logs = sorted(REPO.glob("fixtures/*/session_logs/train/*.log"))
+    records = [line for path in train_logs for line in path.read_text().splitlines()]
+    error = next(r for r in records if '"levelname": "ERROR"' in r)
+    routine = next(r for r in records if "loss=" in r and "Error" not in r)
+    lines = [error] * (MAX_EVENTS_PER_FILE + 500) + [routine] * 100 + [error]
+    result = parse_json_log(lines, "ray-train-app-worker.log")
+    numbers = [e.source.line for e in result.events]
+    assert numbers[:MAX_EVENTS_PER_FILE] == list(range(1, MAX_EVENTS_PER_FILE + 1))
+    # Past the cap: the last events, ending with the run's last error.
+    assert numbers[MAX_EVENTS_PER_FILE:] == [
+        *range(MAX_EVENTS_PER_FILE + 500 - TAIL_EVENTS + 2, MAX_EVENTS_PER_FILE + 501),
+        len(lines),
+    ]

@@ -709,8 +709,10 @@ def _chain(head: list[TextLine], rest: Iterator[TextLine]) -> Iterator[TextLine]
 
 
 def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
-    """Ray Train V2's logs/train/*.log: one JSON record per line."""
+    """Ray Train V2's logs/train/*.log: one JSON record per line. Every record is decoded
+    anyway, so past the event cap the last TAIL_EVENTS events are kept (the run's end)."""
     result = LogResult(files=[path])
+    late: deque[LogEvent] = deque(maxlen=TAIL_EVENTS)
     for lineno, line in enumerate(lines, start=1):
         try:
             record = json.loads(line)
@@ -721,12 +723,14 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
         level = str(record.get("levelname", ""))
         message = str(record.get("message", ""))
         rank = record.get("world_rank")
-        if len(result.events) < MAX_EVENTS_PER_FILE and message.strip():
+        if message.strip():
             found = _classify(message)
             if level in ("ERROR", "CRITICAL") or found:
                 kind = "error-line" if level in ("ERROR", "CRITICAL") else found[0]
                 first = message.strip().splitlines()[0][:MAX_LINE_TEXT]
-                result.events.append(LogEvent(kind, Evidence(path, lineno, message), text=first))
+                event = LogEvent(kind, Evidence(path, lineno, message), text=first)
+                capped = len(result.events) >= MAX_EVENTS_PER_FILE
+                (late if capped else result.events).append(event)
         exc_text = record.get("exc_text")
         if isinstance(exc_text, str) and exc_text.strip() and not HANDLED_BY_RAY.search(message):
             block = [(lineno, text) for text in exc_text.splitlines()]
@@ -736,6 +740,7 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
             if isinstance(rank, int) and rank not in failure.ranks:
                 failure.ranks.append(rank)
             result.failures.append((failure, None))
+    result.events += late
     return result
 
 
