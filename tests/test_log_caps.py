@@ -29,11 +29,13 @@ def _every_line(lines: list[str], path: str, pasted: bool = False):
     return parser.finish()
 
 
-def _summary(result):
+def _summary(result, head_only: bool = False):
+    """Failures and events; `head_only`: the events up to the cap, not the tail's."""
     failures = [
         (f.exc_type, f.message, f.source, f.exc_line, f.text, trial) for f, trial in result.failures
     ]
-    events = [(e.kind, e.source, e.trial, e.pid, e.text) for e in result.events]
+    kept = result.events[:MAX_EVENTS_PER_FILE] if head_only else result.events
+    events = [(e.kind, e.source, e.trial, e.pid, e.text) for e in kept]
     return failures, events
 
 
@@ -134,7 +136,7 @@ def test_jumping_in_the_bytes_finds_what_feeding_every_line_finds():
         padded = lines + [PLAIN] * 20_000 if pasted else lines  # past the head read whole
         stored, source = _stored(padded, "raylet.out", pasted, chunk=997)
         fed = parse_text_log(padded, "raylet.out", pasted=pasted)
-        assert _summary(stored) == _summary(fed)
+        assert _summary(stored) == _summary(fed, head_only=True)  # `_stored` keeps no tail
         assert len(stored.failures) >= 9
         assert source.lines_passed_over > 5_000  # it did jump, over the runs of plain lines
 
@@ -322,3 +324,17 @@ def test_a_train_v2_json_log_keeps_its_last_events_past_the_cap():
         *range(MAX_EVENTS_PER_FILE + 500 - TAIL_EVENTS + 2, MAX_EVENTS_PER_FILE + 501),
         len(lines),
     ]
+
+
+def test_text_that_comes_as_lines_keeps_its_tail_too():
+    # Standard input (`kubectl logs ... | ray-doctor inspect -`): no bytes to go back to, so the
+    # last lines past the cap are kept as they go by.
+    from ray_doctor.scan._logs import TAIL_LINES
+
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 30_000 + [KILL] + [PLAIN] * 50
+    fed = parse_text_log(iter(lines), "stdin", pasted=True)
+    assert [e.source.line for e in fed.events if e.line == KILL] == [len(lines) - 50]
+    # Only the last TAIL_LINES lines are looked at again: a kill before them is not.
+    lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [KILL] + [PLAIN] * (TAIL_LINES + 10)
+    fed = parse_text_log(iter(lines), "stdin", pasted=True)
+    assert not [e for e in fed.events if e.line == KILL]

@@ -49,6 +49,7 @@ MAX_EVENTS_PER_FILE = 2000
 # TAIL_EVENTS of them kept). 256 KiB is thousands of lines: a raylet.out's last tens of minutes
 # (its periodic state dumps are its bulk); each file's tail costs what its first 256 KiB did.
 TAIL_BYTES = 256 * 1024
+TAIL_LINES = 3000  # the same for text that comes as lines (standard input): ~85 bytes a line
 TAIL_EVENTS = 200
 MAX_ERROR_LINES_PER_FILE = 500  # plain ERROR records: enough to see them, not to crowd out causes
 MAX_FAILURES_PER_FILE = 50
@@ -556,32 +557,42 @@ def parse_text_log(
         failures = parse_error_text(_chain(head, logical), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
-    batches = _batches(_chain(head, logical))
-    for batch in batches:
+    # Text that comes as lines (standard input) keeps its last lines past the cap for the tail;
+    # a stored file's LineSource keeps its last bytes.
+    late: deque[TextLine] | None = deque(maxlen=TAIL_LINES) if source is None else None
+    for batch in _batches(_chain(head, logical)):
+        if parser.full():  # nothing more can be kept from it but its tail's events
+            if late is None:
+                break
+            late.extend(batch)
+            continue
         if parser.capped():
             _feed_past_the_cap(parser, batch)
         else:
             _feed_batch(parser, batch)
-        if parser.full():
-            break  # nothing more can be kept from this file: the rest cannot change the result
-        if source is not None and parser.capped():
-            _read_past_the_cap(parser, source, logical, pasted)
-            break
+        if parser.capped():
+            if late is not None:
+                late.extend(batch)
+            elif not parser.full():
+                _read_past_the_cap(parser, source, logical, pasted)
+                break
     result = parser.finish()
-    if source is not None and source.keeps_tail and parser.capped():
+    if parser.capped() and (late or (source is not None and source.keeps_tail)):
+        if late is None:
+            numbered = source.tail_lines()
+            late = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
         last = result.events[-1].source.line or 0
-        result.events += _tail_events(source.tail_lines(), path, pid, pasted, after=last)
+        result.events += _tail_events(late, path, pid, after=last)
     return result
 
 
 def _tail_events(
-    numbered: list[tuple[int, str]], path: str, pid: str | None, pasted: bool, after: int
+    logical: Iterable[TextLine], path: str, pid: str | None, after: int
 ) -> list[LogEvent]:
-    """The events of a file's tail (`LineSource.tail_lines`) past line `after`, where the
-    file's event cap was reached: the last TAIL_EVENTS of them. Failures are not taken here:
-    past the cap the reader still found every traceback."""
+    """The events of a text's last lines past line `after`, where its event cap was reached:
+    the last TAIL_EVENTS of them. Failures are not taken here: past the cap the reader still
+    found every traceback."""
     parser = _TextLogParser(path, pid, max_events=sys.maxsize)
-    logical = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
     for batch in _batches(iter(logical)):
         _feed_batch(parser, batch)
     events = [event for event in parser.finish().events if (event.source.line or 0) > after]
