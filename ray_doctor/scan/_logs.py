@@ -573,16 +573,20 @@ def parse_text_log(
         if parser.capped():
             if late is not None:
                 late.extend(batch)
-            elif not parser.full():
+                continue
+            if not parser.full():
                 _read_past_the_cap(parser, source, logical, pasted)
-                break
+            break
     result = parser.finish()
-    if parser.capped() and (late or (source is not None and source.keeps_tail)):
-        if late is None:
-            numbered = source.tail_lines()
-            late = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
-        last = result.events[-1].source.line or 0
-        result.events += _tail_events(late, path, pid, after=last)
+    if not parser.capped():
+        return result
+    tail: Iterable[TextLine] = ()
+    if late is not None:
+        tail = late
+    elif source is not None and source.keeps_tail:
+        numbered = source.tail_lines()
+        tail = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
+    result.events += _tail_events(tail, path, pid, after=result.events[-1].source.line or 0)
     return result
 
 
