@@ -13,7 +13,11 @@ from ray_doctor.scan._logs import (
     MAX_EVENTS_PER_FILE,
     MAX_FAILURES_PER_FILE,
     PASTED_OPENERS,
+    TAIL_BYTES,
+    TAIL_EVENTS,
+    TAIL_LINES,
     _TextLogParser,
+    parse_json_log,
     parse_text_log,
 )
 from ray_doctor.scan._normalise import machine_lines, normalise_lines
@@ -275,8 +279,6 @@ KILL = (
 
 
 def test_a_cause_logged_at_the_end_of_a_long_log_is_kept():
-    from ray_doctor.scan._logs import TAIL_BYTES, TAIL_EVENTS
-
     # Chatter that fills the event cap in its first lines, then plain lines, then the kill:
     # the run's end, where its death is logged.
     lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 30_000 + [KILL] + [PLAIN] * 50
@@ -309,8 +311,6 @@ def test_a_cause_logged_at_the_end_of_a_long_log_is_kept():
 
 
 def test_a_train_v2_json_log_keeps_its_last_events_past_the_cap():
-    from ray_doctor.scan._logs import TAIL_EVENTS, parse_json_log
-
     train_logs = sorted(REPO.glob("fixtures/*/session_logs/train/*.log"))
     records = [line for path in train_logs for line in path.read_text().splitlines()]
     error = next(r for r in records if '"levelname": "ERROR"' in r)
@@ -329,8 +329,6 @@ def test_a_train_v2_json_log_keeps_its_last_events_past_the_cap():
 def test_text_that_comes_as_lines_keeps_its_tail_too():
     # Standard input (`kubectl logs ... | ray-doctor inspect -`): no bytes to go back to, so the
     # last lines past the cap are kept as they go by.
-    from ray_doctor.scan._logs import TAIL_LINES
-
     lines = [NOISE] * (MAX_EVENTS_PER_FILE + 10) + [PLAIN] * 30_000 + [KILL] + [PLAIN] * 50
     fed = parse_text_log(iter(lines), "stdin", pasted=True)
     assert [e.source.line for e in fed.events if e.line == KILL] == [len(lines) - 50]
