@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Iterator
-from functools import lru_cache
 from typing import Any
 
 try:  # Python 3.11+
@@ -86,10 +85,10 @@ def _walk(items: Any) -> Needles | None:
     return _best(candidates)
 
 
-@lru_cache(maxsize=1024)
 def needles(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
     """(strings one of which every match of `pattern` contains, whether to look for them
-    case-blind), or None when there are none to be sure of."""
+    case-blind), or None when there are none to be sure of. Callers go through `_needles_of`,
+    which keeps each pattern's answer."""
     if not isinstance(pattern.pattern, str):
         return None
     try:

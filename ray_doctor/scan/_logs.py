@@ -561,9 +561,7 @@ def parse_text_log(
     # a stored file's LineSource keeps its last bytes.
     late: deque[TextLine] | None = deque(maxlen=TAIL_LINES) if source is None else None
     for batch in _batches(_chain(head, logical)):
-        if parser.full():  # nothing more can be kept from it but its tail's events
-            if late is None:
-                break
+        if late is not None and parser.full():  # nothing more but its tail's events
             late.extend(batch)
             continue
         if parser.capped():
@@ -580,12 +578,13 @@ def parse_text_log(
     result = parser.finish()
     if not parser.capped():
         return result
-    tail: Iterable[TextLine] = ()
     if late is not None:
-        tail = late
+        tail: Iterable[TextLine] = late
     elif source is not None and source.keeps_tail:
         numbered = source.tail_lines()
         tail = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
+    else:
+        return result
     result.events += _tail_events(tail, path, pid, after=result.events[-1].source.line or 0)
     return result
 
