@@ -101,12 +101,12 @@ class Failure:
     # consecutive lines starts: blocks are capped to their head and tail, so there can be two.
     line_map: list[tuple[int, int]] = field(default_factory=list)
 
-    # `_joined`'s cache: a field set in __init__, so every Failure's attribute dict has the
+    # `joined`'s cache: a field set in __init__, so every Failure's attribute dict has the
     # same keys from the start (a key added later, as cached_property does, grew each dict).
     _joined_text: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
-    def _joined(self) -> str:
+    def joined(self) -> str:
         """The block's lines joined by newlines (the lines `lines()` yields): `text` itself,
         not a copy, when splitting and joining gives it back (the scan joins with newlines)."""
         if self._joined_text is None:
@@ -136,9 +136,15 @@ class Failure:
         # 17 s on 5,000 failed trials). In MULTILINE mode a match within a line is also a
         # match in the block, so a miss here is a miss on every line. Before that, a literal
         # the pattern cannot match without (`_literals.needles`) is looked for with `in`.
-        if not may_match(pattern, self._joined):
+        if not may_match(pattern, self.joined):
             return None
-        if not _per_line(pattern).search(self._joined):
+        return self.screened_evidence_for(pattern)
+
+    def screened_evidence_for(
+        self, pattern: re.Pattern[str]
+    ) -> tuple[Evidence, re.Match[str]] | None:
+        """`evidence_for` once `pattern`'s literals are known to be in the block."""
+        if not _per_line(pattern).search(self.joined):
             return None
         path = self.source.path if self.source else ""
         for lineno, line in self.lines():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ray_doctor._literals import may_match, needles
+from ray_doctor._literals import may_match, needles, screen
 from ray_doctor.model import Failure
 from ray_doctor.rules import INSPECT_RULES
-from ray_doctor.rules._signature import Signature
+from ray_doctor.rules._signature import Signature, search
 from ray_doctor.scan._logs import EVENT_PATTERNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_no_match_is_ever_filtered_out():
         for pattern in patterns:
             lines = text.splitlines()
             if any(pattern.search(line) for line in lines):
-                assert may_match(pattern, failure._joined), pattern.pattern
+                assert may_match(pattern, failure.joined), pattern.pattern
                 checked += 1
             assert (failure.evidence_for(pattern) is None) == (
                 not any(pattern.search(line) for line in lines)
@@ -101,3 +101,59 @@ def test_patterns_made_and_dropped_at_run_time_get_their_own_needles():
         pattern = re.compile(f"{word}|{word}y")  # a new object each time, the last one dropped
         assert may_match(pattern, f"... {word} ...")
         assert not may_match(pattern, f"... word{index + 1}x ...")
+
+
+def _tables() -> list[tuple[Signature, ...]]:
+    """Every signature table the rules search failures with."""
+    tables = {
+        id(t): t
+        for rule in INSPECT_RULES
+        if isinstance(t := getattr(rule, "signatures", None), tuple)
+    }
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ray_doctor.rules"):
+            for value in vars(module).values():
+                if (
+                    isinstance(value, tuple)
+                    and value
+                    and all(isinstance(v, Signature) for v in value)
+                ):
+                    tables[id(value)] = value
+    return list(tables.values())
+
+
+def test_a_table_screened_at_once_keeps_what_each_pattern_would():
+    """`screen` (one call per table) keeps the patterns `may_match` keeps, in order, and a
+    rule's search finds the same first signature and evidence as asking each in turn."""
+    tables = _tables()
+    assert len(tables) > 15
+    texts = [*_texts(), "KILLED \u212a \u00e9 out of memory", ""]
+    hits = 0
+    for text in texts:
+        failure = Failure(None, None, None, "", text=text)
+        for table in tables:
+            kept = screen(table, failure.joined, lambda sig: sig.pattern)
+            assert kept == [
+                i for i, sig in enumerate(table) if may_match(sig.pattern, failure.joined)
+            ]
+            first = next(
+                ((sig, found) for sig in table if (found := failure.evidence_for(sig.pattern))),
+                None,
+            )
+            hit = search(table, failure)
+            assert (hit is None) == (first is None)
+            if hit is not None:
+                hits += 1
+                assert (hit.signature, hit.evidence) == (first[0], first[1][0])
+    assert hits > 50
+
+
+def test_tables_made_and_dropped_at_run_time_get_their_own_plans():
+    """Plans are kept by the table's identity, like needles: a new table that reuses a
+    dropped one's id must not be screened with the old plan."""
+    from ray_doctor._literals import MAX_PATTERNS
+
+    for index in range(MAX_PATTERNS + 200):
+        table = (re.compile(f"word{index}x"), re.compile("never-there"))
+        assert screen(table, f"... word{index}x ...") == [0]
+        assert screen(table, f"... word{index + 1}x ...") == []

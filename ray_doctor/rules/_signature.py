@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ray_doctor._literals import line_starts, lines_that_may_match, may_match
+from ray_doctor._literals import line_starts, lines_that_may_match, may_match, screen
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
@@ -87,13 +87,19 @@ def ended_by(experiment: Experiment) -> Iterator[tuple[Trial | None, Failure, st
         yield None, failure, failure_subject(experiment, index)
 
 
-def search(sigs: Iterable[Signature], failure: Failure) -> Hit | None:
-    for signature in sigs:
-        found = failure.evidence_for(signature.pattern)
+def search(sigs: Sequence[Signature], failure: Failure) -> Hit | None:
+    """The first of `sigs` found in the failure's block."""
+    for index in screen(sigs, failure.joined, _pattern):
+        signature = sigs[index]
+        found = failure.screened_evidence_for(signature.pattern)
         if found:
             evidence, match = found
             return Hit(signature, match, evidence, failure)
     return None
+
+
+def _pattern(signature: Signature) -> re.Pattern[str]:
+    return signature.pattern
 
 
 @dataclass
