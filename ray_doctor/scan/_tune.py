@@ -69,10 +69,7 @@ def read_tune_experiment(
     # Trial dirs are read in the pool while this process parses the experiment state: the two
     # do not depend on each other until they are merged.
     by_dir: dict[str, Trial | None] = {}
-    jobs = [
-        _ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None, with_params=not tree)
-        for e in candidates
-    ]
+    jobs = [_ReadJob(e.path, e.name, tree.get(e.path, []) if tree else None) for e in candidates]
     records: list[TrialRecord] = []
     interrupted = False
     try:
@@ -114,9 +111,7 @@ def read_tune_experiment(
         for trial in experiment.trials:
             complete_from_dir(trial)
         raise ScanInterrupted(experiment)
-    if tree is not None:
-        dirs = {e.name: e.path for e in candidates}
-        _read_missing_configs(storage, experiment, tree, dirs, workers)
+    _read_missing_configs(storage, experiment, tree, {e.name: e.path for e in candidates}, workers)
     for trial in experiment.trials:
         complete_from_dir(trial)
     _set_layout(experiment, entries, records)
@@ -168,13 +163,12 @@ class _ReadJob(NamedTuple):
     path: str
     name: str
     entries: list[Entry] | None  # from the experiment's listing; None: list the dir
-    # False where the experiment was listed whole (remote): params.json then waits for the
-    # state, which holds every trial's config, and is rarely needed.
-    with_params: bool = True
 
 
 def _read_dir(storage: Storage, job: _ReadJob) -> tuple[str, Trial | None, list[ScanError]]:
-    trial, errors = read_trial_dir(storage, job.path, job.name, job.entries, job.with_params)
+    # params.json waits for the state, which holds every trial's config: it is rarely needed
+    # (one request fewer per trial remotely, one file fewer to open and decode locally).
+    trial, errors = read_trial_dir(storage, job.path, job.name, job.entries, with_params=False)
     return job.name, trial, errors
 
 
@@ -191,27 +185,41 @@ def _list_tree(
 def _read_missing_configs(
     storage: Storage,
     experiment: Experiment,
-    tree: dict[str, list[Entry]],
+    tree: dict[str, list[Entry]] | None,
     dirs: dict[str, str],
     workers: int,
 ) -> None:
-    """params.json of the trials the experiment state gave no config, in parallel."""
-    wanted: list[tuple[Trial, Entry]] = []
-    for trial in experiment.trials:
-        files = tree.get(dirs.get(trial.name, ""), [])
-        params = next((e for e in files if e.name == "params.json" and e.is_file), None)
-        if not trial.config and params is not None:
-            wanted.append((trial, params))
+    """params.json of the trials the experiment state gave no config (none, when the state
+    was read), in parallel on remote storage. `tree`: the experiment's listing, when it was
+    listed whole; else each wanted dir's params.json is looked up."""
+    wanted = [(t, dirs[t.name]) for t in experiment.trials if not t.config and t.name in dirs]
     if not wanted:
+        return
+
+    def read(item: tuple[Trial, str]) -> None:
+        trial, path = item
+        entry = _params_entry(storage, tree, path)
+        if entry is not None:
+            trial.config = read_params(storage, entry, experiment.errors)
+
+    if isinstance(storage, LocalStorage):
+        list(map(read, wanted))
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    def read(item: tuple[Trial, Entry]) -> None:
-        trial, entry = item
-        trial.config = read_params(storage, entry, experiment.errors)
-
     with ThreadPoolExecutor(max_workers=max(1, min(len(wanted), workers))) as pool:
         list(pool.map(read, wanted))
+
+
+def _params_entry(storage: Storage, tree: dict[str, list[Entry]] | None, path: str) -> Entry | None:
+    if tree is not None:
+        files = tree.get(path, [])
+        return next((e for e in files if e.name == "params.json" and e.is_file), None)
+    try:
+        entry = storage.stat(storage.join(path, "params.json"))
+    except StorageError:
+        return None
+    return entry if entry is not None and entry.is_file else None
 
 
 def _read_dir_cached(
