@@ -147,3 +147,31 @@ def test_state_file_path_stands_for_its_experiment(fixtures):
     result = scan(str(state))
     assert result.experiments[0].name == "tune_trial_error"
     assert len(result.experiments[0].trials) == 3
+
+
+def test_configs_come_from_the_state_and_from_params_json_only_where_it_has_none(
+    fixtures, tmp_path
+):
+    """params.json is read only for trials the state gives no config; without a state,
+    every trial's config still comes from its params.json."""
+    import json
+    import shutil
+
+    copy = tmp_path / "tune_healthy"
+    shutil.copytree(experiment_dir(fixtures, "tune_healthy"), copy)
+    params = {p.parent.name: json.loads(p.read_text()) for p in copy.glob("*/params.json")}
+    assert len(params) == 3
+    for path in copy.glob("*/params.json"):
+        path.write_text("{not json")  # the state has every config: these are not read
+    result, exp = only_experiment(copy)
+    assert not result.all_errors
+    assert {t.name: t.config for t in exp.trials} == params
+    for path in copy.glob("*/params.json"):
+        path.write_text(json.dumps(params[path.parent.name]))
+    for state in copy.glob("experiment_state-*.json"):
+        state.unlink()
+    result, exp = only_experiment(copy)
+    assert {t.name: t.config for t in exp.trials} == params
+    (copy / next(iter(params)) / "params.json").write_text("{not json")
+    result, exp = only_experiment(copy)
+    assert any("params.json" in e.path and "not valid JSON" in e.reason for e in result.all_errors)
