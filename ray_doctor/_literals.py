@@ -45,8 +45,14 @@ def _best(candidates: list[Needles]) -> Needles | None:
 
 
 def _walk(items: Any) -> Needles | None:
-    """Needles of a parsed sequence: runs of literal characters, and what groups, repeats of
-    at least one and alternations (every branch with needles) require."""
+    """Needles of a parsed sequence: the most selective of what it requires (`_walk_all`)."""
+    return _best(_walk_all(items))
+
+
+def _walk_all(items: Any) -> list[Needles]:
+    """What a parsed sequence requires, each a set of needles one of which a match holds:
+    runs of literal characters, and what groups, repeats of at least one and alternations
+    (every branch with needles) require."""
     candidates: list[Needles] = []
     run: list[str] = []
 
@@ -83,31 +89,47 @@ def _walk(items: Any) -> Needles | None:
         # Anything else (classes, anchors, look-arounds, backreferences) ends the run and
         # requires nothing we can name.
     close()
-    return _best(candidates)
+    return candidates
 
 
 def needles(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
     """(strings one of which every match of `pattern` contains, whether to look for them
-    case-blind), or None when there are none to be sure of. Callers go through `_needles_of`,
-    which keeps each pattern's answer."""
+    case-blind), or None when there are none to be sure of: the first of `requirements`."""
+    found = requirements(pattern)
+    return (found[0][0], found[1]) if found else None
+
+
+# Sets of needles tested per pattern, at most: each after the first only screens out more
+# texts that hold the first (a pattern's common word, e.g. "loss" of "loss is nan").
+MAX_SETS = 3
+MIN_EXTRA_NEEDLE = 3  # a shorter needle is in nearly every text: its set is not worth a test
+
+
+def requirements(pattern: re.Pattern[str]) -> tuple[tuple[Needles, ...], bool] | None:
+    """(sets of strings, every match of `pattern` holding one string of each set; whether to
+    look for them case-blind), the most selective set first; None when there is none to be
+    sure of. Callers go through `_needles_of`, which keeps each pattern's answer."""
     if not isinstance(pattern.pattern, str):
         return None
     try:
         parsed = _p.parse(pattern.pattern, pattern.flags)
-        found = _walk(parsed)
+        found = [c for c in _walk_all(parsed) if c and all(c)]
         flags = parsed.state.flags
     except Exception:  # a prefilter never stands in the way of the search
-        return None
-    if not found or not all(found):
         return None
     blind = bool(flags & re.IGNORECASE)
     if blind:
         # Case-blind needles are looked for in the lowered text, which is exact for ASCII
         # only (Unicode case folding has pairs like "k" / KELVIN SIGN).
-        if not all(n.isascii() for n in found):
-            return None
-        found = tuple(dict.fromkeys(n.lower() for n in found))
-    return found, blind
+        found = [
+            tuple(dict.fromkeys(n.lower() for n in c)) for c in found if all(map(str.isascii, c))
+        ]
+    best = _best(found)
+    if best is None:
+        return None
+    extra = [c for c in found if c is not best and min(map(len, c)) >= MIN_EXTRA_NEEDLE]
+    extra.sort(key=lambda c: (min(len(n) for n in c), -len(c)), reverse=True)
+    return (best, *extra[: MAX_SETS - 1]), blind
 
 
 # The last long text lowered: the rules ask one joined text (a session's kept log lines, MBs)
@@ -127,17 +149,18 @@ def _lowered(text: str) -> str:
 # `needles` by the pattern's identity: a compiled pattern hashes its whole program on every
 # lookup (~0.3 us, as long as the `in` tests themselves), and a failing sweep asks 600,000 times.
 # The pattern is kept with its entry, so its id cannot be reused while the entry stands.
-_BY_PATTERN: dict[int, tuple[re.Pattern[str], tuple[Needles, bool] | None]] = {}
+Requirements = tuple[tuple[Needles, ...], bool]
+_BY_PATTERN: dict[int, tuple[re.Pattern[str], Requirements | None]] = {}
 MAX_PATTERNS = 4096
 
 
-def _needles_of(pattern: re.Pattern[str]) -> tuple[Needles, bool] | None:
+def _needles_of(pattern: re.Pattern[str]) -> Requirements | None:
     entry = _BY_PATTERN.get(id(pattern))
-    if entry is not None and entry[0] is pattern:
+    if entry is not None:  # (an entry holds its pattern: no other object can have its id)
         return entry[1]
     if len(_BY_PATTERN) >= MAX_PATTERNS:
         _BY_PATTERN.clear()
-    found = needles(pattern)
+    found = requirements(pattern)
     _BY_PATTERN[id(pattern)] = (pattern, found)
     return found
 
@@ -147,19 +170,28 @@ def may_match(pattern: re.Pattern[str], text: str) -> bool:
     found = _needles_of(pattern)
     if found is None:
         return True
-    strings, blind = found
+    sets, blind = found
     if blind:
         if not text.isascii():  # O(1): CPython knows a string's widest character
             return True
         text = _lowered(text)
-    for needle in strings:  # noqa: SIM110 - a loop, not any(): 600,000 calls on a failing sweep
-        if needle in text:
-            return True
-    return False
+    return _holds_all(sets, text)
+
+
+def _holds_all(sets: tuple[Needles, ...], text: str) -> bool:
+    """Whether `text` holds a needle of every set. Loops, not any(): 600,000 calls on a
+    failing sweep."""
+    for strings in sets:
+        for needle in strings:
+            if needle in text:
+                break
+        else:
+            return False
+    return True
 
 
 # A table's screening plan by the table's identity (kept with it, as `_BY_PATTERN` is).
-_PLANS: dict[int, tuple[Sequence[Any], list[tuple[Needles, bool] | None]]] = {}
+_PLANS: dict[int, tuple[Sequence[Any], list[Requirements | None]]] = {}
 
 
 def screen(
@@ -183,7 +215,7 @@ def screen(
         if found is None:
             kept.append(index)
             continue
-        strings, blind = found
+        sets, blind = found
         hay = text
         if blind:
             if not text.isascii():
@@ -192,10 +224,15 @@ def screen(
             if lowered is None:
                 lowered = _lowered(text)
             hay = lowered
-        for needle in strings:
-            if needle in hay:
-                kept.append(index)
-                break
+        # `_holds_all`, inlined: a call per pattern cost as much as its `in` tests.
+        for strings in sets:
+            for needle in strings:
+                if needle in hay:
+                    break
+            else:
+                break  # no needle of this set: the pattern cannot match
+        else:
+            kept.append(index)
     return kept
 
 
@@ -219,15 +256,17 @@ def lines_that_may_match(
     found = _needles_of(pattern)
     if found is None:
         return None
-    strings, blind = found
+    sets, blind = found
     if blind:
         if not joined.isascii():
             return None
         text = _lowered(joined) if lowered is None else lowered
     else:
         text = joined
+    if not _holds_all(sets[1:], text):
+        return []
     hits: set[int] = set()
-    for needle in strings:
+    for needle in sets[0]:
         hits.update(lines_holding(needle, text, starts))
     return sorted(hits)
 

@@ -60,6 +60,14 @@ def _texts() -> list[str]:
         (r"(ab)+c", "abc", True),
         (r"(ab)+c", "ac", False),
         (r"^Killed$", "Killed", True),
+        # Every part a match requires is looked for, not only the most selective one.
+        (r"(?i)\b(?:loss|grad)s? (?:is|are) (?:nan|inf)", "the LOSS diverged", False),
+        (r"(?i)\b(?:loss|grad)s? (?:is|are) (?:nan|inf)", "Grads are NaN", True),
+        (r"Monitored metric \S+ = (?:nan|inf) is not finite", "metric loss = nan", False),
+        # ... and nothing optional is taken for a requirement.
+        (r"foobar(?:bazqux)?tail", "foobartail", True),
+        (r"(?:abcdef)*xyz123", "xyz123", True),
+        (r"(?:abcdef){0,2}xyz123|other", "other", True),
     ],
 )
 def test_cases(pattern, text, expected):
