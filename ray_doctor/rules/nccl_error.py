@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    first_group,
+    mentions,
+    signatures,
+    wording,
+)
 
 NCCL_RESULT = "NCCL result code (ncclGetErrorString) through torch c10d NCCLUtils"
 NCCL = signatures(
@@ -96,6 +103,19 @@ NCCL = signatures(
         "Software caused connection abort",
     ),
 )
+# A CUDA kernel fault is sticky: every later CUDA call in that process fails, NCCL's too (torch
+# then reports "unhandled cuda error", or aborts the communicator, and the other ranks see a
+# remote error). With one in the text the NCCL error is its consequence, not the cause.
+KERNEL_FAULT = signatures(
+    wording(
+        "CUDA kernel fault",
+        r"device-side assert triggered|an illegal memory access was encountered|"
+        r"CUDA error: misaligned address|CUDA error: unspecified launch failure",
+        "CUDA runtime error strings (cudaGetErrorString), raised by torch's C10_CUDA_CHECK",
+        "CUDA 10-12; torch 1.x-2.13",
+        "RuntimeError: CUDA error: device-side assert triggered",
+    ),
+)
 VERSION = re.compile(r"NCCL version ([\d.]+\+?\w*)")
 LAST_ERROR = re.compile(r"Last error:\s*\n?\s*(.+)")
 
@@ -124,7 +144,10 @@ class NcclError(SignatureRule):
         another rank that died first.
     Evidence it uses:
         The NCCL error text and its "Last error" line, in error.txt or the worker logs.
-        Timeouts are `collective-timeout`, which leads when both match.
+        Timeouts are `collective-timeout`, which leads when both match. A CUDA kernel fault in
+        the same text (a device-side assert, an illegal memory access) makes every later CUDA
+        call fail, NCCL's too: the NCCL error is then its consequence and this rule stays
+        silent (the fault is reported with its text).
     Fix:
         Re-run with `NCCL_DEBUG=INFO` (and `NCCL_DEBUG_SUBSYS=INIT,NET`) to see which step
         fails. For system errors check interfaces (`NCCL_SOCKET_IFNAME`), InfiniBand
@@ -142,6 +165,9 @@ class NcclError(SignatureRule):
     commands = ("inspect", "smoke")
     example = "fixtures/edited/nccl_error/error.txt"
     signatures = NCCL
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        return mentions(experiment, failure, KERNEL_FAULT)
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)

@@ -299,12 +299,21 @@ OS_KILL_CONFIRMED = signatures(
         "torch 0.4-2.13",
         "RuntimeError: DataLoader worker (pid 8544) is killed by signal: Killed.",
     ),
+    # Job reports are not anchored to a line's start: a progress bar padded to the terminal's
+    # width ends up in front of them when a pasted text is unwrapped.
     wording(
         "shell: Killed",
-        r"^\s*Killed\s*$|^.*line \d+:\s+\d+ Killed\s",
-        "bash / sh job report of a child ended by SIGKILL",
+        r"^\s*Killed\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S",
+        "bash / sh job report of a child ended by SIGKILL (strsignal's text)",
         "any",
         "Killed",
+    ),
+    wording(
+        "shell: killed (zsh)",
+        r"\bzsh: killed\s+\S|\[\d+\]\s+(?:[+-]\s+)?\d+ killed\s+\S",
+        "zsh job report of a job ended by SIGKILL (its signal message 'killed')",
+        "any",
+        "[1]    55263 killed     python train.py",
     ),
 )
 # Who, among the confirmations, says outright that memory ran out.

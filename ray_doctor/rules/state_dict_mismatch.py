@@ -37,9 +37,18 @@ MISMATCH = signatures(
         "size mismatch",
         r"size mismatch for ([\w.]+): copying a param with shape",
         LOAD_STATE_DICT,
-        "torch 0.4-2.13",
+        "torch 1.0-2.13",
         "size mismatch for fc.weight: copying a param with shape torch.Size([10, 512]) from "
         "checkpoint, the shape in current model is torch.Size([2, 512]).",
+    ),
+    wording(
+        "size mismatch (torch 0.4)",
+        r"size mismatch for ([\w.]+): copying a param of .{0,120} from checkpoint, where the "
+        r"shape is",
+        LOAD_STATE_DICT,
+        "torch 0.4 (and loaders that copy its text)",
+        "size mismatch for stem.conv.weight: copying a param of torch.Size([64, 3, 7, 7]) from "
+        "checkpoint, where the shape is torch.Size([16, 3, 3, 3]) in current model.",
     ),
     wording(
         "transformers size mismatch",

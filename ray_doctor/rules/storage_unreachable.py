@@ -65,6 +65,18 @@ UNREACHABLE = signatures(
         "access to the Google Cloud Storage bucket.",
     ),
     wording(
+        "GCS credentials",
+        r"google\.auth\.exceptions\.(?:RefreshError|DefaultCredentialsError)|"
+        r"Could not automatically determine credentials|Your default credentials were not found|"
+        r"from the Google Compute Engine ?metadata service",
+        "google-auth (google/auth/_default.py, compute_engine/credentials.py), through gcsfs / "
+        "google-cloud-storage",
+        "google-auth 1.x-2.x",
+        "google.auth.exceptions.RefreshError: Failed to retrieve http://metadata.google.internal/"
+        "computeMetadata/v1/instance/service-accounts/default/?recursive=true from the Google "
+        "Compute Engine metadata service. Compute Engine Metadata server unavailable",
+    ),
+    wording(
         "S3 credentials",
         r"NoCredentialsError|Unable to locate credentials|InvalidAccessKeyId|"
         r"An error occurred \((?:AccessDenied|NoSuchBucket|403)\) when calling",

@@ -169,6 +169,8 @@ CAUSE_ANCHORS = (
     "forbidden",
     "nosuchbucket",
     "credentials",
+    "refresherror",
+    "metadata service",
     "storage.objects",
     "storage.buckets",
     "s3://",

@@ -30,3 +30,28 @@ def test_near_miss_nccl_mentioned_in_a_healthy_line():
     text = "INFO: NCCL_SOCKET_IFNAME set to eth0; using NCCL version 2.21.5\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "nccl-error")
+
+
+def test_an_nccl_error_after_a_cuda_kernel_fault_is_its_consequence():
+    """A device-side assert (timm #1077: a target index out of bounds) makes every later CUDA
+    call fail, NCCL's included: the report names the assert, not NCCL."""
+    text = (
+        "/pytorch/aten/src/ATen/native/cuda/ScatterGatherKernel.cu:276: operator(): block: "
+        '[0,0,0], thread: [26,0,0] Assertion `idx_dim >= 0 && idx_dim < index_size && "index '
+        'out of bounds"` failed.\n'
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 681, in train_one_epoch\n'
+        "    loss = loss_fn(output, target)\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+        "terminate called after throwing an instance of 'c10::Error'\n"
+        "  what():  NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:181, unhandled "
+        "cuda error, NCCL version 21.0.3\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert not findings_of(report, "nccl-error")
+    assert report["findings"][0]["rule"] == "trial-error"
+    assert "device-side assert triggered" in report["findings"][0]["message"]
+    # The same NCCL error alone is still NCCL's.
+    _, report = inspect_json("-", stdin=text.split("Traceback")[0].split("\n")[-1] + UNHANDLED)
+    assert findings_of(report, "nccl-error")

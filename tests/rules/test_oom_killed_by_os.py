@@ -66,3 +66,20 @@ def test_torchrun_report_names_the_local_rank():
     _, report = inspect_json("-", stdin=line)
     (finding,) = findings_of(report, "oom-killed-by-os")
     assert "local rank 0 (pid 62498)" in finding["message"]
+
+
+def test_shell_job_reports_of_a_sigkill_even_behind_a_padded_progress_bar():
+    """zsh's and bash's job reports (Ginex #3: a run in an 8 GB memory cgroup). A progress
+    bar padded to the terminal's width is joined to the next line when a paste is unwrapped,
+    so the report is found inside a line, not only at its start."""
+    bar = "Step 1: Superbatch Sample" + " " * 113 + "\n"
+    for report_line in (
+        "[1]    55263 killed     sudo PYTHONPATH=/opt/site-packages cgexec -g   -",
+        "zsh: killed     python train.py",
+        "[1]+  Killed                  python train.py",
+    ):
+        _, report = inspect_json("-", stdin=bar + bar + report_line + "\n")
+        assert findings_of(report, "oom-killed-by-os"), report_line
+    for near_miss in ("[1]  + 55263 done       python train.py", "Killed 3 stale sessions"):
+        _, report = inspect_json("-", stdin=near_miss + "\n")
+        assert not findings_of(report, "oom-killed-by-os"), near_miss

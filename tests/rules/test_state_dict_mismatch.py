@@ -31,3 +31,15 @@ def test_shape_change_is_described():
 def test_near_miss_other_restore_failure(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_corrupt_checkpoint")))
     assert not findings_of(report, "state-dict-mismatch")
+
+
+def test_torch_0_4_size_mismatch_wording():
+    """torch 0.4's load_state_dict said 'copying a param of ... from checkpoint, where the
+    shape is ...' (pycls #86: another architecture's weights)."""
+    text = (
+        "\tsize mismatch for stem.conv.weight: copying a param of torch.Size([64, 3, 7, 7]) from "
+        "checkpoint, where the shape is torch.Size([16, 3, 3, 3]) in current model.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert report["findings"][0]["rule"] == "state-dict-mismatch"

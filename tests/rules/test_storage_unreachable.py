@@ -50,3 +50,23 @@ def test_smoke_names_a_storage_path_it_cannot_write(smoke_port_and_storage):
 @pytest.mark.ray_compat
 def test_smoke_near_miss_a_writable_storage(smoke_cpu):
     assert not smoke_cpu.findings("storage-unreachable")
+
+
+def test_cloud_credentials_that_cannot_be_had():
+    """google-auth failing to get a GCE service account's token (ray #21030: gs:// through
+    gcsfs) is storage out of reach; its retry warnings alone are not."""
+    text = (
+        "google.auth.exceptions.RefreshError: Failed to retrieve http://metadata.google.internal/"
+        "computeMetadata/v1/instance/service-accounts/default/?recursive=true \n"
+        "from the Google Compute Enginemetadata service. Compute Engine Metadata server "
+        "unavailable\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert report["findings"][0]["rule"] == "storage-unreachable"
+    warning = (
+        "2024-09-16 11:54:33 WARNING Compute Engine Metadata server unavailable on attempt 1 of "
+        "3. Reason: timed out\n"
+    )
+    _, report = inspect_json("-", stdin=warning)
+    assert not findings_of(report, "storage-unreachable")
