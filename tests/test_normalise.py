@@ -111,6 +111,17 @@ def test_hard_wrapped_text_is_joined_and_numbered_from_its_first_line():
     assert logical[2].text == "done"
 
 
+def test_lines_padded_to_the_width_are_not_joined():
+    """A progress line padded with spaces to the terminal's width (Ginex #3) was not cut by
+    the terminal: the line after it stays its own, while wrapped lines are still joined."""
+    padded = ["Running 0th superbatch".ljust(100) + "\n", "Step 1: Superbatch Sample".ljust(100)]
+    lines = [*_hard_wrap(OOM, 100), padded[0], padded[1] + "\n", "Killed\n"]
+    logical = [line.text for line in normalise_lines(lines)]
+    assert logical[0] == OOM
+    assert logical[-1] == "Killed"
+    assert len(logical) == 4
+
+
 def test_repeated_lines_are_not_taken_for_wrapping():
     lines = [OOM[:90] + "\n", OOM[:90] + "\n", "short\n"]
     assert wrap_width([line.rstrip("\n") for line in lines]) is None

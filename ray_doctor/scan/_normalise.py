@@ -234,6 +234,9 @@ def _logical(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
             yield TextLine(lineno, text, True, rank)
 
 
+PADDING = " " * 8
+
+
 def wrap_width(lines: list[str]) -> int | None:
     """The column text was hard-wrapped at, when it was: at least two different lines exactly
     that long and none longer (a terminal or a mail client cut every long line at the same
@@ -286,7 +289,9 @@ def _whole(numbered: list[tuple[int, str]]) -> list[TextLine]:
             out[-1] = TextLine(last.lineno, last.text + text, last.prefixed, last.rank)
         else:
             out.append(TextLine(lineno, text, prefixed, rank))
-        joining = len(raw) == width
+        # A line that reaches the width by trailing spaces was padded to it (a progress bar
+        # redrawn in place, a table), not cut by the terminal: the next line is its own.
+        joining = len(raw) == width and not raw.endswith(PADDING)
     return out
 
 
