@@ -108,7 +108,7 @@ MIN_EXTRA_NEEDLE = 3  # a shorter needle is in nearly every text: its set is not
 def requirements(pattern: re.Pattern[str]) -> tuple[tuple[Needles, ...], bool] | None:
     """(sets of strings, every match of `pattern` holding one string of each set; whether to
     look for them case-blind), the most selective set first; None when there is none to be
-    sure of. Callers go through `_needles_of`, which keeps each pattern's answer."""
+    sure of. Callers go through `_requirements_of`, which keeps each pattern's answer."""
     if not isinstance(pattern.pattern, str):
         return None
     try:
@@ -146,7 +146,7 @@ def _lowered(text: str) -> str:
     return _LOWERED[1]
 
 
-# `needles` by the pattern's identity: a compiled pattern hashes its whole program on every
+# `requirements` by the pattern's identity: a compiled pattern hashes its whole program on every
 # lookup (~0.3 us, as long as the `in` tests themselves), and a failing sweep asks 600,000 times.
 # The pattern is kept with its entry, so its id cannot be reused while the entry stands.
 Requirements = tuple[tuple[Needles, ...], bool]
@@ -154,7 +154,7 @@ _BY_PATTERN: dict[int, tuple[re.Pattern[str], Requirements | None]] = {}
 MAX_PATTERNS = 4096
 
 
-def _needles_of(pattern: re.Pattern[str]) -> Requirements | None:
+def _requirements_of(pattern: re.Pattern[str]) -> Requirements | None:
     entry = _BY_PATTERN.get(id(pattern))
     if entry is not None:  # (an entry holds its pattern: no other object can have its id)
         return entry[1]
@@ -167,7 +167,7 @@ def _needles_of(pattern: re.Pattern[str]) -> Requirements | None:
 
 def may_match(pattern: re.Pattern[str], text: str) -> bool:
     """False only when `pattern` cannot match anywhere in `text`."""
-    found = _needles_of(pattern)
+    found = _requirements_of(pattern)
     if found is None:
         return True
     sets, blind = found
@@ -207,7 +207,7 @@ def screen(
         if len(_PLANS) >= MAX_PATTERNS:
             _PLANS.clear()
         patterns = [pattern_of(item) for item in table] if pattern_of else table
-        entry = (table, [_needles_of(p) for p in patterns])  # type: ignore[arg-type]
+        entry = (table, [_requirements_of(p) for p in patterns])  # type: ignore[arg-type]
         _PLANS[id(table)] = entry
     kept: list[int] = []
     lowered: str | None = None
@@ -253,7 +253,7 @@ def lines_that_may_match(
     `starts[i]`) that may hold a match, ascending; None when the pattern has no needles to
     look for (every line may). One `str.find` sweep per needle over the whole text instead of
     a test per line and pattern. `lowered`: `joined.lower()`, when the caller has it."""
-    found = _needles_of(pattern)
+    found = _requirements_of(pattern)
     if found is None:
         return None
     sets, blind = found
