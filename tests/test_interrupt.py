@@ -12,7 +12,7 @@ import signal
 import psutil
 from terminal import inspect_on_a_terminal, large_sweep, partial_report
 
-TRIALS = 6000  # enough that reading takes seconds on any machine: the signal lands mid-scan
+TRIALS = 12000  # enough that reading takes seconds on any machine: the signal lands mid-scan
 
 
 def test_ctrl_c_during_a_large_inspect_leaves_the_partial_report(fixtures, tmp_path):
