@@ -9,6 +9,9 @@ from ray_doctor.model import Experiment
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
 
+# Ray names no reason (gRPC logged it just before), but the port was fixed (a port of 0 means
+# any free one) and the message itself sends the user to look for its holder.
+GRPC_LABEL = "Ray gRPC server could not bind its port"
 IN_USE = signatures(
     wording(
         "EADDRINUSE",
@@ -49,8 +52,18 @@ IN_USE = signatures(
         "ValueError: Ray component worker_ports is trying to use a port number 53058 that is used "
         "by other components.",
     ),
+    wording(
+        GRPC_LABEL,
+        r"Failed to start the grpc server\. The specified port is [1-9]\d*",
+        "Ray's gRPC servers (raylet, GCS, object manager, core worker: src/ray/rpc/grpc_server.cc), "
+        "a fatal check after the bind failed",
+        "Ray 1.x-2.60",
+        "Check failed: server_ Failed to start the grpc server. The specified port is 8076. This "
+        "means that Ray's core components will not be able to function correctly. Try running "
+        "lsof -i :8076 to check if there are other processes listening to the port.",
+    ),
 )
-PORT = re.compile(r"port:? ?(\d{2,5})\b|:(\d{4,5})\b")
+PORT = re.compile(r"port(?::? ?| is )(\d{2,5})\b|:(\d{4,5})\b")
 
 
 class PortConflict(SignatureRule):
@@ -59,7 +72,8 @@ class PortConflict(SignatureRule):
     Symptom:
         "Address already in use", EADDRINUSE, errno 98, or torch's `DistNetworkError: The
         server socket has failed to listen on any local network address …` when a process
-        group or a Ray component starts.
+        group or a Ray component starts; Ray's own "Failed to start the grpc server. The
+        specified port is N" when a raylet, the GCS or a worker cannot bind its fixed port.
     Likely cause:
         A process from an earlier run still holds the port (a stale training process or Ray
         instance), two jobs on one node chose the same fixed `MASTER_PORT`, or a service on the
@@ -87,10 +101,15 @@ class PortConflict(SignatureRule):
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         port = first_group(hit, PORT)
+        why = (
+            "Ray's gRPC server failed to start there, most likely because another process "
+            "holds the port"
+            if hit.signature.label == GRPC_LABEL
+            else "the address is already in use"
+        )
         message = (
             f"{subject_name(experiment, hit.trial)} could not listen on "
-            f"{'port ' + port if port else 'its port'}: the address is already in use "
-            f"({hit.evidence.excerpt})."
+            f"{'port ' + port if port else 'its port'}: {why} ({hit.evidence.excerpt})."
         )
         where = f":{port}" if port else ":PORT"
         fix = (

@@ -146,10 +146,40 @@ PLACEMENT = re.compile(
     r"has remaining (?P<remaining>\{[^}]*\}(?:, \{[^}]*\})*)"
 )
 AMOUNT = re.compile(r"\{?([\w:.-]+): ([\d.]+)")
+# Tune's and Train's insufficient-resources manager (Ray 1.9-2.60): "You asked for 2.0 CPUs
+# and 0 GPUs per trial, but the cluster only has 10.0 CPUs and 0 GPUs available" (Ray 1.x:
+# "4.0 cpu and 0 gpu"; later "ACCs"). The cluster's side is `ray.cluster_resources()`, its
+# total. Since Ray 2.x the warning comes whenever no PENDING trial fits that total, which
+# includes there being no PENDING trial at all (every trial PAUSED, a searcher that gives no
+# new one): with the numbers showing the request fits, they show it was not the resources.
+ASKED_AND_TOTAL = re.compile(
+    r"You asked for ([\d.]+) (?:cpus?|CPUs?) and ([\d.]+) (?:gpus?|GPUs?|ACCs?)(?: per trial)?, "
+    r"but the cluster only has ([\d.]+) (?:cpus?|CPUs?) and ([\d.]+) (?:gpus?|GPUs?|ACCs?)"
+)
+# The wordings of that same message: they say no more than its numbers.
+MANAGER_WORDINGS = frozenset(
+    {"Tune: cluster smaller than the request", "Tune: nothing started", "Train: not started"}
+)
 
 
 def _amounts(text: str) -> dict[str, float]:
     return {name: float(value) for name, value in AMOUNT.findall(text)}
+
+
+def _request_fits_the_total(texts: list[str], joined: str) -> bool:
+    """Whether the insufficient-resources manager's own numbers show every request it printed
+    fits the cluster (`ASKED_AND_TOTAL`), and nothing but that message says resources."""
+    found = [match for text in texts for match in ASKED_AND_TOTAL.finditer(text)]
+    if not found or not all(
+        float(cpus) <= float(has_cpus) and float(gpus) <= float(has_gpus)
+        for cpus, gpus, has_cpus, has_gpus in (match.groups() for match in found)
+    ):
+        return False
+    return not any(
+        may_match(sig.pattern, joined) and any(sig.pattern.search(text) for text in texts)
+        for sig in WAITING
+        if sig.label not in MANAGER_WORDINGS
+    )
 
 
 def _covered(required: str, remaining: str) -> bool:
@@ -173,7 +203,12 @@ class ResourcesInsufficient(SignatureRule):
         holding the resources. Such a request waits forever; it does not fail.
     Evidence it uses:
         Tune's, Train's and the autoscaler's warnings in the driver log and the Ray logs, with
-        the resources asked for and those the cluster has when the text says.
+        the resources asked for and those the cluster has when the text says. When Tune's own
+        numbers show the request fits the cluster ("You asked for 2.0 CPUs … but the cluster
+        only has 10.0 CPUs"), the warning came because no trial was waiting to start (all
+        PAUSED, or a searcher that stopped giving trials), not for lack of resources: the rule
+        stays silent, as it does for Ray 1.x's "cannot be scheduled" when the node's
+        remaining resources cover the request.
     Fix:
         Ask for what a node has: lower `resources_per_trial` / `tune.with_resources(...)` or
         `ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)` (for Train V1
@@ -197,7 +232,10 @@ class ResourcesInsufficient(SignatureRule):
         # (a scheduler race): when the node's remaining resources cover every requested one,
         # the numbers say it was not short.
         texts = texts_of(experiment, failure)
-        if not may_match(PLACEMENT, "\n".join(texts)):
+        joined = "\n".join(texts)
+        if may_match(ASKED_AND_TOTAL, joined) and _request_fits_the_total(texts, joined):
+            return True
+        if not may_match(PLACEMENT, joined):
             return False
         for text in texts:
             placement = PLACEMENT.search(text)

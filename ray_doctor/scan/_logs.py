@@ -135,6 +135,7 @@ CAUSE_ANCHORS = (
     "10048",
     "one usage of each socket",
     "port number",
+    "specified port",
     "failed to listen",
     "failed to bind",
     # disks

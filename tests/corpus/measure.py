@@ -41,7 +41,10 @@ class Case:
 
     @property
     def name(self) -> str:
-        return str(self.path.relative_to(CASES))
+        """Relative to the corpus; a case not yet in it (a new batch measured before it is
+        added) by its own path."""
+        path = self.path.resolve()
+        return str(path.relative_to(CASES)) if path.is_relative_to(CASES) else str(self.path)
 
 
 @dataclass(frozen=True)

@@ -47,12 +47,19 @@ METRICS_SERVER_NOT_STARTED = (
 )
 
 
-def test_near_miss_ray_carries_on_without_its_metrics_server(tmp_path):
+def _session_logs(tmp_path, **files: str) -> str:
+    """A session's logs dir holding `files` (name: text)."""
     logs = tmp_path / "logs"
     logs.mkdir()
-    (logs / "monitor.log").write_text(METRICS_SERVER_NOT_STARTED)
-    (logs / "raylet.out").write_text("[2026-11-23 08:31:12,001 I 1 1] main.cc:1 Raylet started\n")
-    code, report = inspect_json(str(logs))
+    for name, text in files.items():
+        (logs / name.replace("_", ".")).write_text(text)
+    return str(logs)
+
+
+def test_near_miss_ray_carries_on_without_its_metrics_server(tmp_path):
+    raylet = "[2026-11-23 08:31:12,001 I 1 1] main.cc:1 Raylet started\n"
+    logs = _session_logs(tmp_path, monitor_log=METRICS_SERVER_NOT_STARTED, raylet_out=raylet)
+    code, report = inspect_json(logs)
     assert not findings_of(report, "port-conflict")
     assert code == 0
 
@@ -73,3 +80,30 @@ def test_smoke_finds_the_port_held_and_who_holds_it(smoke_port_and_storage):
 @pytest.mark.ray_compat
 def test_smoke_near_miss_a_free_port(smoke_cpu):
     assert not smoke_cpu.findings("port-conflict")
+
+
+# A raylet that cannot bind its fixed object-manager port (Ray 1.9 on a reused cloud instance,
+# ray #19834): Ray's fatal check after gRPC failed to bind.
+GRPC_NOT_STARTED = (
+    "[2022-01-10 10:00:00,000 C 8123 8123] grpc_server.cc:102:  Check failed: server_ Failed to "
+    "start the grpc server. The specified port is 8076. This means that Ray's core components "
+    "will not be able to function correctly. If the server startup error message failed, try "
+    "running lsof -i :8076 to check if there are other processes listening to the port.\n"
+    "*** StackTrace Information ***\n"
+)
+
+
+def test_ray_grpc_server_that_cannot_bind_its_port(tmp_path):
+    code, report = inspect_json(_session_logs(tmp_path, raylet_out=GRPC_NOT_STARTED))
+    (finding,) = findings_of(report, "port-conflict")
+    assert "port 8076" in finding["message"] and "gRPC server" in finding["message"]
+    assert ":8076" in finding["fix"]
+    assert finding["evidence"][0]["line"] == 1
+    assert code == 1
+
+
+def test_near_miss_grpc_server_on_any_port():
+    # Port 0 asks for any free port: a failure there is not a port someone holds.
+    text = GRPC_NOT_STARTED.replace("port is 8076", "port is 0")
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "port-conflict")

@@ -51,3 +51,37 @@ def test_smoke_gpu_request_on_a_cpu_only_cluster(smoke_no_gpu):
 @pytest.mark.ray_compat
 def test_smoke_near_miss_a_request_that_fits(smoke_cpu):
     assert not smoke_cpu.findings("resources-insufficient")
+
+
+# Ray 2.x's insufficient-resources manager, as printed when no trial is PENDING (every trial
+# PAUSED after a restore, ray #39900): its own numbers show the request fits the cluster.
+MANAGER_FITS = (
+    "(TunerInternal pid=1) 2023-09-26 10:00:00,000\tWARNING insufficient_resources_manager.py:163"
+    " -- Ignore this message if the cluster is autoscaling. No trial is running and no new trial "
+    "has been started within the last 60 seconds. This could be due to the cluster not having "
+    "enough resources available. You asked for 2.0 CPUs and 0 GPUs per trial, but the cluster "
+    "only has 10.0 CPUs and 0 GPUs available. Stop the tuning and adjust the required resources "
+    "(e.g. via the `ScalingConfig` or `resources_per_trial`, or `num_workers` for rllib), or add "
+    "more resources to your cluster.\n"
+)
+
+
+def test_near_miss_tune_warns_although_its_numbers_show_the_request_fits():
+    _, report = inspect_json("-", stdin=MANAGER_FITS)
+    assert not findings_of(report, "resources-insufficient")
+
+
+def test_tune_numbers_that_show_the_request_too_big_still_fire():
+    text = MANAGER_FITS.replace("2.0 CPUs and 0 GPUs per trial", "2.0 CPUs and 1.0 GPUs per trial")
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "1.0 GPUs per trial" in finding["message"]
+
+
+def test_another_resource_warning_beside_a_fitting_request_still_fires():
+    text = MANAGER_FITS + (
+        "(autoscaler +1m) Error: No available node types can fulfill resource request "
+        "{'CPU': 64.0}. Add suitable node types to this cluster to resolve this issue.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "resources-insufficient")
