@@ -38,3 +38,23 @@ def test_near_miss_checkpoints_deleted_by_num_to_keep(fixtures):
 def test_near_miss_failure_with_checkpoints_to_resume_from(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_retries_exhausted")))
     assert not findings_of(report, "checkpoint-missing")
+
+
+def test_near_miss_file_missing_from_tunes_own_restore_copy():
+    # Ray 0.8's restore_from_object unpacks the checkpoint it shipped into a temp dir of its
+    # own; a file missing there was left out by Tune (ray #8581), not deleted by anyone.
+    text = (
+        "ray.exceptions.RayTaskError(FileNotFoundError): ray::DQN.restore_from_object() "
+        "(pid=37045, ip=192.168.100.2)\n"
+        '  File "/usr/lib/python3.7/site-packages/ray/tune/trainable.py", line 403, in restore\n'
+        '    with open(checkpoint_path + ".tune_metadata", "rb") as f:\n'
+        "FileNotFoundError: [Errno 2] No such file or directory: '/root/ray_results/exp/"
+        "DQN_0_2020-05-24_12-18-16/tmpmtsto5e8restore_from_object/checkpoint_3059/"
+        ".tune_metadata'\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-missing")
+    assert findings_of(report, "trial-error"), "reported as the error it is, with its text"
+    gone = text.replace("tmpmtsto5e8restore_from_object/", "")
+    _, report = inspect_json("-", stdin=gone)
+    assert findings_of(report, "checkpoint-missing"), "a checkpoint of the run itself is gone"
