@@ -36,6 +36,13 @@ class MemoryUse:
     name: str
 
 
+def may_attribute(line: str) -> bool:
+    """Whether a log line can add to an attribution: a node-table row holds a tab, a killed
+    worker's entry "memory used=". A long run keeps tens of thousands of log lines; searching
+    them all for table rows cost more than the rest of the rule."""
+    return "\t" in line or "memory used=" in line
+
+
 def _uses(pattern: re.Pattern[str], text: str) -> list[MemoryUse]:
     return [
         MemoryUse(int(m["pid"]), float(m["gb"]), m["name"].strip()) for m in pattern.finditer(text)

@@ -11,7 +11,7 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._memory_hog import describe, os_victim
+from ray_doctor.rules._memory_hog import describe, may_attribute, os_victim
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
@@ -435,7 +435,8 @@ class OomRayMemoryMonitor(SignatureRule):
         if match:
             message += f" ({match.group(1)} used of {match.group(2)}"
             message += f" on node {node})" if node else ")"
-        notice = "\n".join([hit_text(hit), *(e.line for e in experiment.events)])
+        kept = (event.line for event in experiment.events if may_attribute(event.line))
+        notice = "\n".join([hit_text(hit), *kept])
         attribution = describe(experiment, notice)
         if attribution:
             message += f"; {attribution}"

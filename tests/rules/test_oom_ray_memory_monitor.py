@@ -133,3 +133,23 @@ def test_the_kill_at_the_end_of_a_long_session_is_found(fixtures, tmp_path):
     assert ("raylet.out", chatter_lines["raylet.out"] + kill) in lines
     # The kernel's OOM killer is not named as the cause of what Ray's monitor did.
     assert not findings_of(report, "oom-killed-by-os")
+
+
+def test_the_node_table_in_the_session_logs_names_the_hog(fixtures, tmp_path):
+    """The real session's raylet.out, hand-edited so the "Top 10 memory users" table (its own
+    log lines, kept apart from the kill notice) says the driver held the most: the table, not
+    the killed worker's own figure, names whose memory it was."""
+    source = fixtures / "tune_oom_memory_monitor" / "session_logs"
+    logs = tmp_path / "session_logs"
+    logs.mkdir()
+    for item in source.iterdir():
+        (logs / item.name).write_bytes(item.read_bytes())
+    raylet = (source / "raylet.out").read_text()
+    assert "\n20291\t2.51\tray::ImplicitFunc.train\n" in raylet
+    assert "\n20078\t0.12\t" in raylet
+    edited = raylet.replace("\n20078\t0.12\t", "\n20078\t3.12\t")
+    (logs / "raylet.out").write_text(edited)
+    _, report = inspect_json(str(logs))
+    (finding,) = findings_of(report, "oom-ray-memory-monitor")
+    assert "held by pid 20078" in finding["message"] and "3.12 GB" in finding["message"]
+    assert "killed with it: ImplicitFunc" in finding["message"]
