@@ -11,6 +11,7 @@ from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
+    any_line,
     first_match,
     signatures,
     texts_of,
@@ -176,9 +177,7 @@ def _request_fits_the_total(texts: list[str], joined: str) -> bool:
     ):
         return False
     return not any(
-        may_match(sig.pattern, joined) and any(sig.pattern.search(text) for text in texts)
-        for sig in WAITING
-        if sig.label not in MANAGER_WORDINGS
+        any_line(sig.pattern, texts, joined) for sig in WAITING if sig.label not in MANAGER_WORDINGS
     )
 
 
