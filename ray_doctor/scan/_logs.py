@@ -642,7 +642,7 @@ def _lines_that_matter(
 ) -> list[int] | None:
     """Indices of the lines of a batch that may open a traceback, hold a cause word, or hold
     what one of `patterns` needs (ascending); None when a pattern has nothing to look for."""
-    found = {i for i, text in enumerate(texts) if hot[i] or text[:1] in IDENTIFIER_START}
+    found = {i for i, text in enumerate(texts) if hot[i] or _may_stand_alone(text)}
     for needle in OPENER_NEEDLES:
         found.update(lines_holding(needle, joined, starts))
     for event in patterns:
@@ -706,6 +706,13 @@ def _may_open(line: TextLine) -> bool:
     character)."""
     text = line.text
     return text[:1] in IDENTIFIER_START or any(needle in text for needle in OPENER_NEEDLES)
+
+
+def _may_stand_alone(text: str) -> bool:
+    """Whether a line may be an exception line standing alone, which opens a failure of its
+    own (`_TextLogParser.feed`: a name, `: `, text; the name's ending is checked there). Most
+    lines that start with a letter are log records and prints that are not."""
+    return text[:1] in IDENTIFIER_START and STANDALONE_EXCEPTION.match(text) is not None
 
 
 def _first_opener(batch: list[TextLine], start: int) -> int:
