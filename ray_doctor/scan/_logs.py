@@ -702,10 +702,10 @@ OPENER_NEEDLES = ('File "', "Traceback (")
 def _may_open(line: TextLine) -> bool:
     """Whether a line might open a traceback. A superset of `_TextLogParser.feed`'s tests:
     "Traceback (most recent call last)", a frame (`  File "...`), or an exception line
-    standing alone, which starts with a name (with no worker prefix, so the line's own first
+    standing alone (`_may_stand_alone`: with no worker prefix, so from the line's own first
     character)."""
     text = line.text
-    return text[:1] in IDENTIFIER_START or any(needle in text for needle in OPENER_NEEDLES)
+    return _may_stand_alone(text) or any(needle in text for needle in OPENER_NEEDLES)
 
 
 def _may_stand_alone(text: str) -> bool:
