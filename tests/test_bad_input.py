@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -224,3 +225,29 @@ def test_mutated_real_fixtures_never_crash(
 
     validate(rendered)
     assert rendered["summary"]["experiments"] == 1
+
+
+def test_gs_uri_without_credentials_is_one_line_not_a_hang(tmp_path):
+    """Off GCE with no credentials, Google Cloud Storage retries for up to 15 minutes by
+    default: the wait is bounded by the same timeout as S3's, then one line that says what to
+    set. The metadata server is a closed local port, so nothing depends on this machine's DNS."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    env = {
+        "RAY_DOCTOR_S3_TIMEOUT_S": "1",
+        "GCE_METADATA_ROOT": f"127.0.0.1:{closed}",
+        "GOOGLE_APPLICATION_CREDENTIALS": "",
+        "HOME": str(tmp_path),
+        "CLOUDSDK_CONFIG": str(tmp_path),
+    }
+    for command in ("inspect", "verify-checkpoint"):
+        proc = run_cli(command, "--format", "json", "gs://bucket/sweep", env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "ray-doctor: cannot read gs://bucket/sweep: no Google Cloud credentials: set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run where the GCE "
+            "metadata server answers"
+        ]
+        assert json.loads(proc.stdout)["summary"]["exit_code"] == 2

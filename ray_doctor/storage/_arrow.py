@@ -12,6 +12,9 @@ from ray_doctor.storage._base import CHUNK_SIZE, Entry, Storage, StorageError
 # Every S3 request is bounded, so a silent or unreachable endpoint costs seconds, not a hang.
 # The request timeout is curl's low-speed limit on Linux (abort after this long without a
 # byte), so a large file on a slow link still downloads. RAY_DOCTOR_S3_TIMEOUT_S overrides it.
+# Google Cloud Storage retries a failing request for up to 15 minutes by default (a machine
+# off GCE with no credentials waits that long for the metadata server): the same number of
+# seconds bounds its retrying, unless the URI sets retry_limit_seconds itself.
 S3_CONNECT_TIMEOUT_S = 5.0
 S3_REQUEST_TIMEOUT_S = 20.0
 S3_ATTEMPTS = 3
@@ -19,7 +22,8 @@ TIMEOUT_ENV = "RAY_DOCTOR_S3_TIMEOUT_S"
 
 # curl / AWS SDK failures that mean the endpoint is gone, not that one object is unreadable.
 _UNREACHABLE = re.compile(
-    r"NETWORK_CONNECTION|curlCode: (?:5|6|7|28|35|52|55|56)\b|Could not connect|Couldn't connect"
+    r"NETWORK_CONNECTION|(?:curlCode: |CURL error \[)(?:5|6|7|28|35|52|55|56)\b|"
+    r"Could not connect|Couldn't connect|Could not create a OAuth2 access token"
 )
 _CURL_REASON = {
     "6": "cannot resolve the endpoint's host name",
@@ -39,6 +43,13 @@ _AWS_REASON = {
     "NO_SUCH_BUCKET": "the bucket does not exist",
     "EXPIRED_TOKEN": "the session token has expired: refresh the credentials",
 }
+# google-cloud-cpp's words when no credentials could be had (no GOOGLE_APPLICATION_CREDENTIALS
+# and no GCE metadata server): the request was never sent, so the endpoint is not the problem.
+_GCS_NO_TOKEN = "Could not create a OAuth2 access token"
+_GCS_NO_TOKEN_REASON = (
+    "no Google Cloud credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service-account key "
+    "file, or run where the GCE metadata server answers"
+)
 
 
 class ArrowStorage(Storage):
@@ -271,8 +282,15 @@ def _bounded(filesystem):
     through its pickling state (every option it parsed, credentials left to the provider
     chain when none were given) with the bounds added.
     """
+    import datetime
+
     import pyarrow.fs as pafs
 
+    if _is_gcs(filesystem):
+        rebuild, (options,) = filesystem.__reduce__()
+        if options.get("retry_time_limit") is None:
+            options["retry_time_limit"] = datetime.timedelta(seconds=_timeout_from_env())
+        return rebuild(options)
     if not isinstance(filesystem, pafs.S3FileSystem):
         return filesystem
     rebuild, (options,) = filesystem.__reduce__()
@@ -283,6 +301,11 @@ def _bounded(filesystem):
         retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS),
     )
     return rebuild(options)
+
+
+def _is_gcs(filesystem) -> bool:
+    # pyarrow.fs.GcsFileSystem is absent from builds without GCS support.
+    return getattr(filesystem, "type_name", "") == "gcs"
 
 
 def _timeout_from_env() -> float:
@@ -303,15 +326,18 @@ def shown_uri(uri: str) -> str:
 
 
 _AWS_ERROR = re.compile(r"AWS Error (?P<kind>[A-Z_]+)(?: \(HTTP status (?P<status>\d+)\))?")
-_CURL_CODE = re.compile(r"curlCode: (\d+)")
+_CURL_CODE = re.compile(r"curlCode: (\d+)|CURL error \[(\d+)\]")
 
 
 def _reason(exc: BaseException) -> str:
     """One line a user can act on, from pyarrow's (often multi-clause) error text."""
     text = str(exc).strip()
+    if _GCS_NO_TOKEN in text:
+        return _GCS_NO_TOKEN_REASON
     curl = _CURL_CODE.search(text)
-    if curl and curl[1] in _CURL_REASON:
-        return _CURL_REASON[curl[1]]
+    code = curl and (curl[1] or curl[2])
+    if code in _CURL_REASON:
+        return _CURL_REASON[code]
     aws = _AWS_ERROR.search(text)
     if aws and aws["kind"] in _AWS_REASON:
         return _AWS_REASON[aws["kind"]]
