@@ -36,6 +36,15 @@ HANG = signatures(
         "WorkNCCL(OpType=ALLREDUCE, TensorShape=[1], Timeout(ms)=2000) timed out in call to wait().",
     ),
     wording(
+        "NCCL timeout dump",
+        r"Received a dump signal due to a collective timeout",
+        "torch c10d ProcessGroupNCCL getNCCLWatchdogTimeoutErrorMsg (flight recorder dump)",
+        "torch 2.3-2.13",
+        "[PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a collective "
+        "timeout from this local rank and we will try our best to dump the debug info. Last "
+        "enqueued NCCL work: 747, last completed NCCL work: 715.",
+    ),
+    wording(
         "NCCL watchdog stuck",
         r"watchdog got stuck for \d+ seconds|Heartbeat monitor timed out",
         "torch c10d ProcessGroupNCCL heartbeat monitor",
@@ -110,7 +119,9 @@ NCCL_WORK = re.compile(r"WorkNCCL\(SeqNum=(\d+), OpType=(\w+).*?Timeout\(ms\)=(\
 GLOO = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation")
 BARRIER = re.compile(r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms")
 NOT_JOINED = re.compile(r"have not joined the collective operation: \[([\d,\s]+)\]")
-LAST_WORK = re.compile(r"last enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (\d+)")
+LAST_WORK = re.compile(
+    r"[Ll]ast enqueued (?:NCCL )?work: (\d+), last completed (?:NCCL )?work: (\d+)"
+)
 SETUP = ("store-based barrier", "rendezvous")
 
 

@@ -10,9 +10,13 @@ from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 FULL = signatures(
     wording(
         "ENOSPC",
-        r"^(?!.*NCCL)(?:.*)(?:No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b)",
+        # Not a disk: NCCL's /dev/shm segments (nccl-error's), and torch's shared-memory
+        # files ("unable to write to file </torch_...>", MapAllocator), which fill /dev/shm
+        # (64 MB in a default container) when DataLoader workers hand tensors over.
+        r"^(?!.*(?:NCCL|</torch_))(?:.*)"
+        r"(?:No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b)",
         "the OS (ENOSPC) through Python OSError, torch, pyarrow, Ray (NCCL's /dev/shm is "
-        "nccl-error's)",
+        "nccl-error's; torch's shared-memory files are /dev/shm, not a disk)",
         "any",
         "OSError: [Errno 28] No space left on device",
     ),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
+    hit_text,
     live,
     signatures,
     texts_of,
@@ -36,7 +39,22 @@ MISSING = signatures(
         "Ray 1.x-2.60",
         "ray.exceptions.RaySystemError: System error: No module named 'my_project'",
     ),
+    wording(
+        "Ray deserialization log",
+        # `logger.exception(e)` in deserialize_objects: the error's text alone on its line
+        # (behind the worker's prefix when forwarded), then the traceback.
+        r"^(?:\([^()\n]*pid=\d+[^()\n]*\) )?No module named '([^']+)'[ \t\r]*$",
+        "Ray worker deserializing an object (python/ray/_private/serialization.py, "
+        "deserialize_objects' logger.exception)",
+        "Ray 1.x-2.60",
+        "(TemporaryActor pid=1495807) No module named 'vllm'",
+        flags=re.MULTILINE,
+    ),
 )
+
+
+# A traceback through torch.load's unpickler (torch/serialization.py, any version).
+TORCH_LOAD = re.compile(r"torch[/\\]serialization\.py\", line \d+, in _?load")
 
 
 class MissingModule(SignatureRule):
@@ -87,9 +105,24 @@ class MissingModule(SignatureRule):
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         module = hit.match.group(1)
         top = module.split(".")[0]
+        who = subject_name(experiment, hit.trial)
+        if TORCH_LOAD.search(hit_text(hit)):
+            # torch.load unpickling a whole model object: the module is the code that defined
+            # its class, usually the user's own, not a package to pip-install.
+            message = (
+                f"{who} could not load a checkpoint: it holds a pickled object whose class "
+                f"lives in `{module}` (the whole model was saved, not its state_dict), and "
+                f"`{module}` cannot be imported where `torch.load` runs."
+            )
+            fix = (
+                f"Make `{top}` importable where the checkpoint is loaded (ship your code with "
+                '`runtime_env={"working_dir": ...}` or `py_modules`), or save '
+                "`model.state_dict()` and load it into a model built in code."
+            )
+            return message, fix
         message = (
-            f"{subject_name(experiment, hit.trial)} failed to import `{module}`: it is not "
-            "installed in the environment the worker runs in."
+            f"{who} failed to import `{module}`: it is not installed in the environment the "
+            "worker runs in."
         )
         fix = (
             f"Install `{top}` on every node (the cluster image), or ship it with the job: "

@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, hit_text, signatures, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    hit_text,
+    signatures,
+    texts_of,
+    wording,
+)
 
 LOAD_STATE_DICT = "torch nn.Module.load_state_dict (torch/nn/modules/module.py)"
 MISMATCH = signatures(
@@ -65,6 +72,7 @@ SIZE = re.compile(
     r"size mismatch for ([\w.]+): copying a param with shape (torch\.Size\(\[[^]]*\]\)) from checkpoint, the shape in current model is (torch\.Size\(\[[^]]*\]\))"
 )
 KEY = re.compile(r'"([^"]+)"')
+EMPTY = "torch.Size([0])"
 
 
 class StateDictMismatch(SignatureRule):
@@ -83,7 +91,10 @@ class StateDictMismatch(SignatureRule):
     Evidence it uses:
         In `inspect`: the load_state_dict error text: which keys are missing or unexpected,
         and which shapes differ. In `verify-checkpoint --against REF`: the keys and shapes of
-        the checkpoint against a reference checkpoint, before any restore tries.
+        the checkpoint against a reference checkpoint, before any restore tries. Silent when
+        every checkpoint tensor is empty (`torch.Size([0])`) and no key differs: the weights
+        were never written (a DeepSpeed ZeRO-3 or FSDP save without gathering the
+        parameters), which no change to the model fixes; the error is reported with its text.
     Fix:
         Save `model.module.state_dict()` from DDP (in Ray Train, the model returned by
         `prepare_model` is wrapped). To load an old checkpoint, strip the prefix:
@@ -105,6 +116,16 @@ class StateDictMismatch(SignatureRule):
     )
     example = "fixtures/tune_state_dict_mismatch"
     signatures = MISMATCH
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # Every checkpoint tensor empty (torch.Size([0])) and no key missing or unexpected:
+        # the model matches, the checkpoint holds no weights. DeepSpeed ZeRO-3 and FSDP save
+        # such placeholders when the parameters are not gathered first; building the model
+        # differently, this rule's fix, would not help.
+        texts = texts_of(experiment, failure)
+        sizes = [size for text in texts for size in SIZE.findall(text)]
+        keyed = any(UNEXPECTED.search(text) or MISSING.search(text) for text in texts)
+        return bool(sizes) and not keyed and all(saved == EMPTY for _, saved, _ in sizes)
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         text = hit_text(hit)

@@ -51,3 +51,19 @@ def test_near_miss_healthy_train_v2(fixtures):
         str(base / "session_logs"),
     )
     assert not findings_of(report, "collective-timeout")
+
+
+def test_flight_recorder_dump_signal_of_a_timeout():
+    """torch 2.3+ (getNCCLWatchdogTimeoutErrorMsg): the dump notice can be all a paste keeps
+    of the watchdog's timeout (CL-MVSNet #14, as posted)."""
+    text = (
+        "[rank0]:[E1213 17:24:49.328237228 ProcessGroupNCCL.cpp:1858] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 0] Received a dump signal due to a collective timeout from this "
+        "local rank and we will try our best to dump the debug info. Last enqueued NCCL work: "
+        "747, last completed NCCL work: 715.This is most likely caused by incorrect usages of "
+        "collectives, e.g., wrong sizes used across ranks.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "collective-timeout")
+    assert "last enqueued work 747, last completed 715" in finding["message"]

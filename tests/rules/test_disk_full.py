@@ -22,3 +22,23 @@ def test_near_miss_errno_2():
     text = "FileNotFoundError: [Errno 2] No such file or directory: '/data/shard-28.parquet'\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "disk-full")
+
+
+def test_near_miss_shared_memory_of_dataloader_workers():
+    """torch's shared-memory files ("unable to write to file </torch_...>") live in /dev/shm,
+    64 MB in a default container: a bigger --shm-size fixes it, not a cleaner disk
+    (hopsworks #1557, as posted)."""
+    text = (
+        "RuntimeError: DataLoader worker (pid 729) is killed by signal: Bus error. It is "
+        "possible that dataloader's workers are out of shared memory. Please try to raise your "
+        "shared memory limit.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/hops/anaconda/envs/hopsworks_environment/lib/python3.10/site-packages/'
+        'torch/storage.py", line 526, in _share_fd_cpu_\n'
+        "    return super()._share_fd_cpu_(*args, **kwargs)\n"
+        "RuntimeError: unable to write to file </torch_739_144252761_4>: No space left on "
+        "device (28)\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "disk-full")
+    assert report["findings"][0]["rule"] == "trial-error", "reported with its text"

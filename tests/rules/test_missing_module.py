@@ -1,5 +1,9 @@
 """missing-module: an import that fails inside a Ray worker (real Ray 2.60 run)."""
 
+import io
+import traceback
+
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -15,3 +19,39 @@ def test_near_miss_import_error_of_a_name():
     text = "ImportError: cannot import name 'LlamaForCausalLM' from 'transformers' (/usr/lib/python3/site-packages/transformers/__init__.py)\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "missing-module")
+
+
+def test_ray_deserialization_logs_the_bare_message():
+    """Ray's deserialize_objects logs the exception with logger.exception: its text alone on
+    a line, behind the actor's prefix, then the traceback (gpustack #2415, as posted)."""
+    text = (
+        "(TemporaryActor pid=1495807) No module named 'vllm'\n"
+        "(TemporaryActor pid=1495807) Traceback (most recent call last):\n"
+        '(TemporaryActor pid=1495807)   File "/root/.local/share/pipx/venvs/gpustack/lib/'
+        'python3.12/site-packages/ray/_private/serialization.py", line 460, in '
+        "deserialize_objects\n"
+        "(TemporaryActor pid=1495807)     obj = self._deserialize_object(data, metadata, "
+        "object_ref)\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "missing-module")
+    assert "`vllm`" in finding["message"] and "runtime_env" in finding["fix"]
+
+
+def test_a_pickled_model_needs_its_own_code():
+    """torch.load of a whole pickled model needs the module its class came from, usually the
+    user's own code, not a package to install (pytorch #18325): real torch text."""
+    torch = pytest.importorskip("torch")
+    # A pickle naming a class in a module that does not exist here, as a model saved from
+    # another project's tree would.
+    payload = b"\x80\x02cmodels_of_another_project\nResNet\nq\x00)\x81q\x01."
+    with pytest.raises(ModuleNotFoundError) as raised:
+        torch.load(io.BytesIO(payload), weights_only=False)
+    text = "".join(traceback.format_exception(raised.value))
+    assert "torch/serialization.py" in text
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "missing-module")
+    assert "pickled object" in finding["message"]
+    assert "state_dict" in finding["fix"] and "pip" not in finding["fix"]

@@ -1,5 +1,6 @@
 """state-dict-mismatch: a DDP checkpoint restored into a bare model (real Ray 2.60 run)."""
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -43,3 +44,25 @@ def test_torch_0_4_size_mismatch_wording():
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert report["findings"][0]["rule"] == "state-dict-mismatch"
+
+
+def test_near_miss_checkpoint_of_empty_tensors():
+    """A ZeRO-3 / FSDP save without gathering writes torch.Size([0]) placeholders
+    (transformers #20082): the model is right, the checkpoint holds no weights, so rebuilding
+    the model (this rule's fix) would not help. Real torch text: an empty tensor per weight."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    empty = {key: torch.empty(0) for key in model.state_dict()}
+    with pytest.raises(RuntimeError) as raised:
+        model.load_state_dict(empty)
+    text = f"RuntimeError: {raised.value}\n"
+    assert "copying a param with shape torch.Size([0]) from checkpoint" in text
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "state-dict-mismatch")
+    # One real weight among them is a real mismatch again.
+    empty["0.weight"] = torch.zeros(5, 4)
+    with pytest.raises(RuntimeError) as raised:
+        model.load_state_dict(empty)
+    _, report = inspect_json("-", stdin=f"RuntimeError: {raised.value}\n")
+    (finding,) = findings_of(report, "state-dict-mismatch")
+    assert "0.weight is torch.Size([5, 4]) in the checkpoint" in finding["message"]
