@@ -83,7 +83,7 @@ def record_smoke_examples() -> None:
     examples = {}
     for rule in RULES:
         command = getattr(rule, "smoke_example", None)
-        if rule.commands != ("smoke",) or not command:
+        if "smoke" not in rule.commands or not command:
             continue
         args = shlex.split(command)[1:]
         proc = subprocess.run(

@@ -1,38 +1,175 @@
-"""cluster-unreachable (smoke): the Ray cluster to test could not be joined or started."""
+"""cluster-unreachable: the Ray cluster could not be joined (inspect) or started (smoke)."""
 
 from __future__ import annotations
 
 from ray_doctor.findings import Severity
-from ray_doctor.rules._base import SmokeRule
+from ray_doctor.model import Experiment, Failure
+from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    mentions,
+    signatures,
+    wording,
+)
+
+GCS_CLIENT = "Ray's GCS client (src/ray/rpc/gcs/gcs_rpc_client.h, rpc_client.h)"
+UNREACHABLE = signatures(
+    wording(
+        "no running instance",
+        r"Could not find any running Ray instance",
+        "ray.init / ray CLI resolving the address (python/ray/_private/services.py)",
+        "Ray 1.x-2.60",
+        "ConnectionError: Could not find any running Ray instance. Please specify the one to "
+        "connect to by setting `--address` flag or `RAY_ADDRESS` environment variable.",
+    ),
+    wording(
+        "GCS not answering",
+        r"Failed to connect to GCS at address (\S+?)\.? within \d+ seconds",
+        GCS_CLIENT,
+        "Ray 2.x-2.60",
+        "[2026-11-25 22:33:34,922 W 19071 19071] rpc_client.h:153: Failed to connect to GCS at "
+        "address 192.0.2.2:49599 within 5 seconds.",
+    ),
+    wording(
+        "cluster ID timeout",
+        r"Failed to get cluster ID from GCS server: TimedOut",
+        "Ray's GCS client (src/ray/gcs/gcs_client/gcs_client.cc)",
+        "Ray 2.5-2.60",
+        "gcs_client.cc:210: Failed to get cluster ID from GCS server: TimedOut: Timed out while "
+        "waiting for GCS to become available.",
+    ),
+    wording(
+        "Redis unreachable",
+        r"Unable to connect to Redis at (\S+?) after \d+ retries",
+        "ray start / ray.init waiting for the head's Redis (python/ray/_private/services.py)",
+        "Ray 0.8-1.x",
+        "RuntimeError: Unable to connect to Redis at 10.0.199.179:6379 after 16 retries. Check "
+        "that 10.0.199.179:6379 is reachable from this machine.",
+    ),
+    wording(
+        "node IP not in cluster",
+        r"This node has an IP address of (\S+), and Ray expects this IP address to be either "
+        r"the GCS address or one of the Raylet addresses",
+        "Ray core worker joining as a driver (src/ray/gcs/gcs_client/global_state_accessor.cc)",
+        "Ray 1.x-2.60",
+        "RuntimeError: This node has an IP address of 127.0.0.1, and Ray expects this IP "
+        "address to be either the GCS address or one of the Raylet addresses.",
+    ),
+    wording(
+        "Ray Client timeout",
+        r"ray client connection timeout",
+        "Ray Client (python/ray/util/client/worker.py)",
+        "Ray 1.x-2.60",
+        "ConnectionError: ray client connection timeout",
+    ),
+)
+# Ray's GCS client logs its two timeouts as warnings and tries again: they say the cluster
+# could not be reached only when nothing in the text shows that the GCS answered later: a
+# connection that worked, or a GCS that refused the driver's token (Ray 2.5x's token auth:
+# "Unauthenticated", "InvalidAuthToken"), which is reachable and wants credentials.
+RETRIED = frozenset({"GCS not answering", "cluster ID timeout"})
+ANSWERED = signatures(
+    (
+        "connected",
+        r"Connected to Ray cluster|Started a local Ray instance|Ray runtime started",
+    ),
+    ("token refused", r"InvalidAuthToken|AuthenticationError|from GCS server: Unauthenticated"),
+)
 
 
-class ClusterUnreachable(SmokeRule):
-    """`ray-doctor smoke` could not join the cluster at `--address` / `RAY_ADDRESS`, or could
-    not start a local Ray instance.
+class ClusterUnreachable(SignatureRule):
+    """The driver or a node could not reach the Ray cluster's head (its GCS); in `smoke`, the
+    cluster at `--address` could not be joined or a local one could not start.
 
     Symptom:
-        Nothing listens at the address (connection refused or timed out), something answers
-        that is not a Ray GCS, `ray.init` fails (a Ray version mismatch between the driver
-        and the cluster, an authentication token the driver lacks), or a local `ray.init`
-        fails to start its processes.
+        `ray.init(address=...)` or `ray start --address=...` never connects: "Failed to
+        connect to GCS at address ... within 5 seconds" and "Failed to get cluster ID from GCS
+        server: TimedOut" over and over, "ConnectionError: Could not find any running Ray
+        instance", Ray 1.x's "Unable to connect to Redis at ...", "ray client connection
+        timeout", or "This node has an IP address of ..., and Ray expects this IP address to
+        be either the GCS address or one of the Raylet addresses". In `smoke`: nothing
+        answers at `--address`, something that is not a Ray GCS does, or `ray.init` fails.
     Likely cause:
-        The wrong host or port (the GCS port is 6379 unless `ray start --port` said
-        otherwise; `ray://` addresses go to the Ray Client server on 10001), a head node that
-        is down or restarting, a firewall between this machine and the head, or a driver whose
-        Ray or Python version differs from the cluster's.
+        Nothing listens at the address: the head node is down, restarting or not started
+        yet, or the host or port is wrong (the GCS port is 6379 unless `ray start --port`
+        said otherwise; `address="auto"` finds only a cluster started on the same machine).
+        A firewall or security group between this machine and the head. A driver outside the
+        cluster's network (a laptop through a port-forward) reaches the GCS but not the
+        nodes, which Ray refuses. A driver whose Ray or Python version differs from the
+        cluster's.
     Evidence it uses:
-        The TCP connection attempt smoke makes before `ray.init`, and the error `ray.init`
-        raised.
+        In `inspect`: Ray's connection errors in the driver's log or a node's log. The GCS
+        client's two warnings count only when nothing in the text shows a connection that
+        worked ("Connected to Ray cluster", "Started a local Ray instance", "Ray runtime
+        started") or a GCS that answered by refusing the driver's auth token: Ray retries, a
+        head that comes up a little late is no failure, and one that wants a token is
+        reachable. In `smoke`: the TCP connection attempt made before `ray.init`, and the
+        error `ray.init` raised.
     Fix:
-        Check the head node is up (`ray status` on it) and which address it printed at
-        `ray start --head`; from this machine, `nc -zv HOST PORT`. Use the same Ray and Python
-        versions as the cluster. For Ray Client use `ray://HOST:10001`.
+        Check the head node is up (`ray status` on it) and which address `ray start --head`
+        printed; from this machine, `nc -zv HOST PORT`, and open that port between the nodes.
+        From outside the cluster's network use Ray Client, `ray.init("ray://HEAD:10001")`, or
+        submit the script with `ray job submit`. Use the same Ray and Python versions as the
+        cluster.
     References:
         - https://docs.ray.io/en/latest/ray-core/starting-ray.html
         - https://docs.ray.io/en/latest/cluster/running-applications/job-submission/ray-client.html
+        - https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations
     """
 
     id = "cluster-unreachable"
     title = "Could not join or start the Ray cluster"
     severity = Severity.ERROR
+    # Below the causes a head node dies of (memory, disk): a cluster that went away is often
+    # their echo. Above an error reported as it stands.
+    specificity = Precedence.TRANSPORT
+    commands = ("inspect", "smoke")
+    example = "fixtures/tune_cluster_unreachable"
     smoke_example = "ray-doctor smoke --address 127.0.0.1:1"
+    signatures = UNREACHABLE
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        hit = self.search_failure(failure) if failure is not None else None
+        retried_only = hit is None or hit.signature.label in RETRIED
+        return retried_only and mentions(experiment, failure, ANSWERED)
+
+    def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        who = subject_name(experiment, hit.trial)
+        label = hit.signature.label
+        if label == "no running instance":
+            message = f"{who} found no running Ray cluster to join: {hit.evidence.excerpt}"
+            fix = (
+                "Start the cluster first (`ray start --head`), or pass its address: "
+                '`ray.init(address="HEAD:6379")` or `RAY_ADDRESS`; `address="auto"` only finds '
+                "a cluster started on this machine."
+            )
+        elif label == "node IP not in cluster":
+            message = (
+                f"{who} reached the cluster's GCS but is not on the cluster's network (Ray "
+                f"found none of its nodes at this machine's IP {hit.match.group(1)})."
+            )
+            fix = (
+                "Run the driver on a node of the cluster (`ray job submit`), or connect from "
+                'outside with Ray Client: `ray.init("ray://HEAD:10001")`; on a machine with '
+                "several addresses, give `ray start` the right `--node-ip-address`."
+            )
+        else:
+            address = hit.match.group(1) if hit.match.re.groups else None
+            if address and address.startswith(":"):
+                # `--address=$HEAD:6379` with the variable unset.
+                address += " (no host: a variable meant to hold the head's IP was empty?)"
+            message = (
+                f"{who} could not reach the Ray cluster's head at {address} ({label}): nothing "
+                "answered there."
+                if address
+                else f"{who} could not reach the Ray cluster's head ({label}: "
+                f"{hit.evidence.excerpt})."
+            )
+            fix = (
+                "Check the head node is up (`ray status` on it) and the address it printed; from "
+                "this machine, `nc -zv HOST PORT` (GCS port 6379 unless `ray start --port` said "
+                "otherwise) and open it in the firewall; for Ray Client use `ray://HEAD:10001`. "
+                "Use the same Ray and Python versions as the cluster."
+            )
+        return message, fix

@@ -178,6 +178,15 @@ CAUSE_ANCHORS = (
     "gs://",
     "sync",
     "could not upload",
+    # the cluster: joining it, and the lines that say a connection worked
+    "to gcs",
+    "gcs server",
+    "running ray instance",
+    "to redis at",
+    "raylet addresses",
+    "connected to ray cluster",
+    "started a local ray instance",
+    "ray runtime started",
     # modules
     "no module named",
     "modulenotfound",
