@@ -26,7 +26,20 @@ UNCLAIMED = {None, "trial-error"}
 # texts are a Ray message that names several causes itself (the generic "worker died" notice,
 # the Train V2 worker-group timeout) whose thread found the less common one, which the excerpt
 # does not show; tests/corpus/README.md lists them.
-FLOORS = {"cause_found": 0.98, "headline_right": 0.95, "other_unclaimed": 0.96}
+FLOORS = {"cause_found": 0.97, "headline_right": 0.95, "other_unclaimed": 0.94}
+# Every case outside this list must pass: a floor alone would let a new case's win hide an old
+# case's regression.
+KNOWN_MISSES_FILE = Path(__file__).resolve().parent / "known_misses.txt"
+
+
+def load_known_misses(path: Path = KNOWN_MISSES_FILE) -> dict[str, str]:
+    """Case name -> why it stays missed, from `name  # reason` lines."""
+    misses = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, _, reason = line.partition("#")
+        if name.strip():
+            misses[name.strip()] = reason.strip()
+    return misses
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,10 @@ class Outcome:
         if self.case.expect == OTHER:
             return self.headline in UNCLAIMED
         return self.headline == self.case.expect
+
+    @property
+    def passed(self) -> bool:
+        return self.cause_found and self.headline_right
 
 
 def parse_case(path: Path) -> Case:
