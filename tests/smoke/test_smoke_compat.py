@@ -20,7 +20,9 @@ pytestmark = pytest.mark.ray_compat
 # The path each Ray the project tests on must take: (reporting module, Train generation).
 EXPECTED_PATH = {
     "2.60.0": ("ray.tune", "v2"),
+    "2.50.1": ("ray.tune", "v1"),  # Tune's own report since 2.41; Train V2 off by default
     "2.40.0": ("ray.train", "v1"),
+    "2.20.0": ("ray.train", "v1"),
     "2.9.3": ("ray.train", "v1"),
 }
 
