@@ -34,3 +34,19 @@ def test_a_flipped_byte_is_caught(tmp_path):
 def test_near_miss_an_intact_checkpoint(tmp_path):
     result = _check(tmp_path, corrupt=False)
     assert result.status.value == "pass" and "every byte matches" in result.message
+
+
+def test_near_miss_a_restore_cut_off_by_the_deadline(tmp_path):
+    """A restore task still running when --timeout's budget ran out (a busy machine) is a
+    stage that could not finish, not a checkpoint that came back wrong (seen under load: it was
+    reported as checkpoint-roundtrip, exit 1)."""
+    import ray
+
+    saved = {"ok": True, "report_seconds": 0.1, **_probes._write_checkpoint(str(tmp_path))}
+    timeout = ray.exceptions.GetTimeoutError("Get timed out: some object(s) not ready.")
+    restored = {"ok": False, "error": _probes.error_text(timeout), "timed_out": True}
+    ctx = Context(SmokeOptions(), deadline=0, storage="s3://bucket/results")
+    values = {"checkpoint_save": saved, "checkpoint_restore": restored}
+    result = checkpoint_result(ctx, values, RUN)
+    assert result.status.value == "error" and not result.findings
+    assert "raise --timeout" in result.message

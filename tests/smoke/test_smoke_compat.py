@@ -213,3 +213,20 @@ def test_a_name_ray_refuses_is_reported_as_the_tools_limitation(tmp_path):
     assert "has no ray.tune.RunConfig" in result.message
     assert "limitation of ray-doctor" in result.message
     assert result.details["missing_api"] == "ray.tune.RunConfig"
+
+
+def test_a_restore_still_running_at_the_deadline_is_out_of_time(local_ray, monkeypatch):
+    """Seen on a loaded machine: the checkpoint stage's restore task outlived the last second
+    of --timeout and Ray's GetTimeoutError was reported as a checkpoint that came back wrong
+    (checkpoint-roundtrip, exit 1). The restore here is a real Ray task that takes too long."""
+    import time
+
+    from ray_doctor.smoke import SmokeOptions, _probes
+    from ray_doctor.smoke.stages._common import Context
+    from ray_doctor.smoke.stages.checkpoint import restore_checkpoint
+
+    monkeypatch.setattr(_probes, "restore_checkpoint", lambda checkpoint: time.sleep(30))
+    ctx = Context(SmokeOptions(), deadline=time.monotonic(), storage="/tmp/unused")
+    restored = restore_checkpoint(ctx, checkpoint=None)
+    assert restored["timed_out"] and not restored["ok"]
+    assert "GetTimeoutError" in restored["error"]

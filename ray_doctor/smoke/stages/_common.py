@@ -135,13 +135,26 @@ def new_collector():
     return ray.remote(num_cpus=0)(_probes.Collector).remote()
 
 
-def collected_values(collector) -> dict[str, Any]:
+COLLECT_TIMEOUT_S = 10
+
+
+def collected_values(collector) -> dict[str, Any] | None:
+    """What the probes pushed to the collector; None when it did not answer in time (a busy
+    machine): the stage then cannot be evaluated, which says nothing about the cluster."""
     import ray
 
     try:
-        return ray.get(collector.get.remote(), timeout=10)
+        return ray.get(collector.get.remote(), timeout=COLLECT_TIMEOUT_S)
     except Exception:
-        return {}
+        return None
+
+
+def not_collected(stage: str, seconds: float) -> StageResult:
+    message = (
+        f"What the probes reported could not be collected within {COLLECT_TIMEOUT_S} s (a "
+        "busy machine?): this stage could not be evaluated; run smoke again."
+    )
+    return StageResult(stage, StageStatus.ERROR, duration_s=seconds, message=message)
 
 
 def bundle(cpus: float, gpus: float) -> Bundle:

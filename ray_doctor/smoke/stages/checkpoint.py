@@ -24,7 +24,9 @@ def restore_checkpoint(ctx: Context, checkpoint) -> dict[str, Any]:
     try:
         return ray.get(restore.remote(checkpoint), timeout=ctx.budget(TUNE_STAGE_S))
     except Exception as exc:
-        return {"ok": False, "error": _probes.error_text(exc)}
+        # Out of time is not a restore that failed: the stage could not finish its check.
+        timed_out = isinstance(exc, ray.exceptions.GetTimeoutError)
+        return {"ok": False, "error": _probes.error_text(exc), "timed_out": timed_out}
 
 
 def checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any]) -> StageResult:
@@ -67,7 +69,11 @@ def checkpoint_result(ctx: Context, values: dict[str, Any], run: dict[str, Any])
     problem = None
     if saved and not saved.get("ok"):
         problem = f"saving or reporting the checkpoint raised {saved.get('error', '').splitlines()[-1] if saved.get('error') else '?'}"
-    elif restored is None and run["out_of_time"] and not run["trial_error"]:
+    elif (
+        (restored is None or restored.get("timed_out"))
+        and not run["trial_error"]
+        and (run["out_of_time"] or restored is not None)
+    ):
         return out_of_time("checkpoint", run)
     elif restored is None:
         error = (run.get("trial_error") or "").strip().splitlines()

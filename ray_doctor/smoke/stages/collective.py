@@ -23,6 +23,7 @@ from ray_doctor.smoke.stages._common import (
     collected_values,
     never_scheduled,
     new_collector,
+    not_collected,
     ray_api,
     watched,
 )
@@ -83,6 +84,9 @@ def collective_stage(ctx: Context) -> StageResult:
     finished, error = run.finished, run.error
     seconds = time.monotonic() - started
     values = collected_values(collector)
+    if values is None and error is None:
+        return not_collected("collective", seconds)
+    values = values or {}  # the run's own error tells what went wrong
     ranks = sorted((v for k, v in values.items() if k.startswith("rank:")), key=lambda r: r["rank"])
     result = analyse_ranks(ctx, ranks, error, finished, seconds)
     return flight_recorder.attribute_failure(result, values)

@@ -19,6 +19,7 @@ from ray_doctor.smoke.stages._common import (
     collected_values,
     never_scheduled,
     new_collector,
+    not_collected,
     ray_api,
     trial_failed,
     watched,
@@ -60,12 +61,15 @@ def tune_stages(ctx: Context) -> tuple[StageResult, StageResult]:
         return never, skipped
     finished, results, error = run.finished, run.value, run.error
     seconds = time.monotonic() - started
-    values = collected_values(collector)
     trial_error = None
     if error is not None:
         trial_error = _probes.error_text(error)
     elif finished and results is not None and len(results) and results[0].error is not None:
         trial_error = _probes.error_text(results[0].error)
+    values = collected_values(collector)
+    if values is None and trial_error is None:
+        return not_collected("device", seconds), not_collected("checkpoint", seconds)
+    values = values or {}  # the trial's own error tells what went wrong
     if finished and results is not None and len(results) and results[0].checkpoint is not None:
         values["checkpoint_restore"] = restore_checkpoint(ctx, results[0].checkpoint)
     run = {

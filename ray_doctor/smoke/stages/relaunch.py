@@ -96,7 +96,7 @@ def relaunch_run(ctx: Context) -> dict[str, Any]:
         seconds=time.monotonic() - started,
         finished=finished,
         experiment_path=storage_join(ctx.storage, name),
-        peaks=collected_values(collector).get("relaunch_peaks"),
+        peaks=(collected_values(collector) or {}).get("relaunch_peaks"),
     )
     if error is not None:
         facts["run_error"] = _probes.error_text(error)
