@@ -72,7 +72,8 @@ SIZE = re.compile(
     r"size mismatch for ([\w.]+): copying a param with shape (torch\.Size\(\[[^]]*\]\)) from checkpoint, the shape in current model is (torch\.Size\(\[[^]]*\]\))"
 )
 KEY = re.compile(r'"([^"]+)"')
-EMPTY = "torch.Size([0])"
+# What a partitioned (ZeRO-3 / FSDP) parameter holds in place of its weight.
+PLACEHOLDERS = frozenset({"torch.Size([0])", "torch.Size([1])"})
 
 
 class StateDictMismatch(SignatureRule):
@@ -92,9 +93,11 @@ class StateDictMismatch(SignatureRule):
         In `inspect`: the load_state_dict error text: which keys are missing or unexpected,
         and which shapes differ. In `verify-checkpoint --against REF`: the keys and shapes of
         the checkpoint against a reference checkpoint, before any restore tries. Silent when
-        every checkpoint tensor is empty (`torch.Size([0])`) and no key differs: the weights
-        were never written (a DeepSpeed ZeRO-3 or FSDP save without gathering the
-        parameters), which no change to the model fixes; the error is reported with its text.
+        no key differs and one side of every size mismatch is a sharded parameter's
+        placeholder (`torch.Size([0])`, or `[1]` in older DeepSpeed) against a
+        multi-dimensional weight on the other: a DeepSpeed ZeRO-3 or FSDP save or load that
+        did not gather the parameters, which no change to the model fixes; the error is
+        reported with its text.
     Fix:
         Save `model.module.state_dict()` from DDP (in Ray Train, the model returned by
         `prepare_model` is wrapped). To load an old checkpoint, strip the prefix:
@@ -118,14 +121,21 @@ class StateDictMismatch(SignatureRule):
     signatures = MISMATCH
 
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
-        # Every checkpoint tensor empty (torch.Size([0])) and no key missing or unexpected:
-        # the model matches, the checkpoint holds no weights. DeepSpeed ZeRO-3 and FSDP save
-        # such placeholders when the parameters are not gathered first; building the model
-        # differently, this rule's fix, would not help.
+        # No key missing or unexpected, and one side of every size mismatch a partitioned
+        # parameter's placeholder: DeepSpeed ZeRO-3 and FSDP keep torch.Size([0]) (or [1] in
+        # older DeepSpeed) in place of a sharded weight, so a save without gathering writes
+        # them (transformers #20082) and a load into the sharded model finds them (Lightning
+        # #7282). The model matches the checkpoint; building it differently, this rule's fix,
+        # would not help. A multi-dimensional weight against a placeholder is the proof: a
+        # change of layer sizes keeps a weight's dimensions.
         texts = texts_of(experiment, failure)
-        sizes = [size for text in texts for size in SIZE.findall(text)]
-        keyed = any(UNEXPECTED.search(text) or MISSING.search(text) for text in texts)
-        return bool(sizes) and not keyed and all(saved == EMPTY for _, saved, _ in sizes)
+        if any(UNEXPECTED.search(text) or MISSING.search(text) for text in texts):
+            return False
+        pairs = [(saved, current) for text in texts for _, saved, current in SIZE.findall(text)]
+        for side in (0, 1):
+            if pairs and all(pair[side] in PLACEHOLDERS for pair in pairs):
+                return any(pair[1 - side].count(",") >= 1 for pair in pairs)
+        return False
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         text = hit_text(hit)

@@ -66,3 +66,33 @@ def test_near_miss_checkpoint_of_empty_tensors():
     _, report = inspect_json("-", stdin=f"RuntimeError: {raised.value}\n")
     (finding,) = findings_of(report, "state-dict-mismatch")
     assert "0.weight is torch.Size([5, 4]) in the checkpoint" in finding["message"]
+
+
+def test_near_miss_loading_into_a_sharded_model():
+    """The mirror case (Lightning #7282): a whole checkpoint loaded into a model whose
+    parameters DeepSpeed ZeRO-3 replaced by 1-element placeholders. Real torch text."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(32, 2))
+    whole = {key: value.clone() for key, value in model.state_dict().items()}
+    for param in model.parameters():
+        param.data = torch.ones(1)  # what older DeepSpeed leaves in a partitioned parameter
+    with pytest.raises(RuntimeError) as raised:
+        model.load_state_dict(whole)
+    text = f"RuntimeError: {raised.value}\n"
+    assert "the shape in current model is torch.Size([1])" in text
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "state-dict-mismatch")
+
+
+def test_a_one_output_head_is_a_real_mismatch():
+    """A classifier head changed from 2 outputs to 1 keeps its weight 2-D: a real change of
+    hyper-parameters, not a placeholder."""
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as raised:
+        torch.nn.Linear(32, 1).load_state_dict(torch.nn.Linear(32, 2).state_dict())
+    _, report = inspect_json("-", stdin=f"RuntimeError: {raised.value}\n")
+    (finding,) = findings_of(report, "state-dict-mismatch")
+    assert (
+        "weight is torch.Size([2, 32]) in the checkpoint but torch.Size([1, 32])"
+        in finding["message"]
+    )
