@@ -32,6 +32,33 @@ UNREACHABLE = signatures(
         "address 192.0.2.2:49599 within 5 seconds.",
     ),
     wording(
+        "GCS unreachable",
+        r"Unable to connect to GCS at (\S+?)\.? Check that",
+        "ray.init / ray start reading from the GCS (python/ray/_private/utils.py, "
+        "internal_kv_get_with_retry)",
+        "Ray 1.x-2.60",
+        "WARNING utils.py:1414 -- Unable to connect to GCS at 172.17.0.2:6379. Check that (1) Ray "
+        "GCS with matching version started successfully at the specified address, and (2) "
+        "there is no firewall setting preventing access.",
+    ),
+    wording(
+        "GCS connect failed",
+        r"Failed to connect to GCS\. Please check `?gcs_server\.out",
+        "Ray's Python GCS client (python/ray/_private/gcs_utils.py)",
+        "Ray 2.0-2.x",
+        "ERROR gcs_utils.py:213 -- Failed to connect to GCS. Please check `gcs_server.out` for "
+        "more details.",
+    ),
+    wording(
+        "not a node",
+        r"Can't find a `node_ip_address\.json` file",
+        "ray.init on a machine with no Ray node of the cluster (python/ray/_private/node.py)",
+        "Ray 2.x-2.60",
+        "ValueError: Can't find a `node_ip_address.json` file from /tmp/ray/session_... for 60 "
+        "seconds. A ray instance hasn't started. Did you do `ray start` or `ray.init` on this "
+        "host?",
+    ),
+    wording(
         "cluster ID timeout",
         r"Failed to get cluster ID from GCS server: TimedOut",
         "Ray's GCS client (src/ray/gcs/gcs_client/gcs_client.cc)",
@@ -68,7 +95,15 @@ UNREACHABLE = signatures(
 # could not be reached only when nothing in the text shows that the GCS answered later: a
 # connection that worked, or a GCS that refused the driver's token (Ray 2.5x's token auth:
 # "Unauthenticated", "InvalidAuthToken"), which is reachable and wants credentials.
-RETRIED = frozenset({"GCS not answering", "cluster ID timeout"})
+RETRIED = frozenset(
+    {
+        "GCS not answering",
+        "cluster ID timeout",
+        "GCS unreachable",
+        "GCS connect failed",
+        "not a node",
+    }
+)
 ANSWERED = signatures(
     (
         "connected",
@@ -78,6 +113,25 @@ ANSWERED = signatures(
 )
 
 
+# What was not there, by wording ("nothing answered there" unless said otherwise).
+ANSWER = {"GCS unreachable": "no GCS of this Ray version answered there"}
+# Ray's other default ports, often given where the GCS port belongs.
+OTHER_PORTS = {
+    "8265": "the dashboard's (for `ray job submit --address http://HEAD:8265`)",
+    "10001": 'the Ray Client server\'s (for `ray.init("ray://HEAD:10001")`)',
+}
+
+
+def _port_hint(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    if not host:
+        # `--address=$HEAD:6379` with the variable unset.
+        return "; the address has no host (was the variable meant to hold the head's IP empty?)."
+    if port in OTHER_PORTS:
+        return f"; port {port} is {OTHER_PORTS[port]}, the GCS listens on 6379 by default."
+    return "."
+
+
 class ClusterUnreachable(SignatureRule):
     """The driver or a node could not reach the Ray cluster's head (its GCS); in `smoke`, the
     cluster at `--address` could not be joined or a local one could not start.
@@ -85,10 +139,12 @@ class ClusterUnreachable(SignatureRule):
     Symptom:
         `ray.init(address=...)` or `ray start --address=...` never connects: "Failed to
         connect to GCS at address ... within 5 seconds" and "Failed to get cluster ID from GCS
-        server: TimedOut" over and over, "ConnectionError: Could not find any running Ray
-        instance", Ray 1.x's "Unable to connect to Redis at ...", "ray client connection
-        timeout", or "This node has an IP address of ..., and Ray expects this IP address to
-        be either the GCS address or one of the Raylet addresses". In `smoke`: nothing
+        server: TimedOut" over and over, "Unable to connect to GCS at ...",
+        "ConnectionError: Could not find any running Ray instance", Ray 1.x's "Unable to
+        connect to Redis at ...", "ray client connection timeout", "Can't find a
+        `node_ip_address.json` file", or "This node has an IP address of ..., and Ray expects
+        this IP address to be either the GCS address or one of the Raylet addresses". In
+        `smoke`: nothing
         answers at `--address`, something that is not a Ray GCS does, or `ray.init` fails.
     Likely cause:
         Nothing listens at the address: the head node is down, restarting or not started
@@ -99,10 +155,10 @@ class ClusterUnreachable(SignatureRule):
         nodes, which Ray refuses. A driver whose Ray or Python version differs from the
         cluster's.
     Evidence it uses:
-        In `inspect`: Ray's connection errors in the driver's log or a node's log. The GCS
-        client's two warnings count only when nothing in the text shows a connection that
-        worked ("Connected to Ray cluster", "Started a local Ray instance", "Ray runtime
-        started") or a GCS that answered by refusing the driver's auth token: Ray retries, a
+        In `inspect`: Ray's connection errors in the driver's log or a node's log. The
+        warnings Ray logs while it retries count only when nothing in the text shows a
+        connection that worked ("Connected to Ray cluster", "Started a local Ray instance",
+        "Ray runtime started") or a GCS that answered by refusing the driver's auth token: a
         head that comes up a little late is no failure, and one that wants a token is
         reachable. In `smoke`: the TCP connection attempt made before `ray.init`, and the
         error `ray.init` raised.
@@ -144,6 +200,16 @@ class ClusterUnreachable(SignatureRule):
                 '`ray.init(address="HEAD:6379")` or `RAY_ADDRESS`; `address="auto"` only finds '
                 "a cluster started on this machine."
             )
+        elif label == "not a node":
+            message = (
+                f"{who} is not on a node of the cluster: `ray.init(address=...)` joins through a "
+                "Ray node on this machine, and none was started here."
+            )
+            fix = (
+                "Run the driver on a node of the cluster (or `ray start --address=HEAD:6379` here "
+                'first), connect with Ray Client, `ray.init("ray://HEAD:10001")`, or submit the '
+                "script with `ray job submit`."
+            )
         elif label == "node IP not in cluster":
             message = (
                 f"{who} reached the cluster's GCS but is not on the cluster's network (Ray "
@@ -156,12 +222,9 @@ class ClusterUnreachable(SignatureRule):
             )
         else:
             address = hit.match.group(1) if hit.match.re.groups else None
-            if address and address.startswith(":"):
-                # `--address=$HEAD:6379` with the variable unset.
-                address += " (no host: a variable meant to hold the head's IP was empty?)"
             message = (
-                f"{who} could not reach the Ray cluster's head at {address} ({label}): nothing "
-                "answered there."
+                f"{who} could not reach the Ray cluster's head at {address} ({label}): "
+                f"{ANSWER.get(label, 'nothing answered there')}{_port_hint(address)}"
                 if address
                 else f"{who} could not reach the Ray cluster's head ({label}: "
                 f"{hit.evidence.excerpt})."

@@ -53,6 +53,9 @@ MISSING = signatures(
 )
 
 
+FROM_REMOTE_EXCEPTION = re.compile(
+    r"Failed to unpickle serialized exception|in from_ray_exception\b"
+)
 # A traceback through torch.load's unpickler (torch/serialization.py, any version).
 TORCH_LOAD = re.compile(r"torch[/\\]serialization\.py\", line \d+, in _?load")
 
@@ -69,9 +72,11 @@ class MissingModule(SignatureRule):
         package) needs it on every node.
     Evidence it uses:
         The import error text and the module it names, from error.txt, the driver log or the
-        worker logs. A dotted name (`No module named 'a.b'`) is not this rule's: Python names
-        the first part it cannot find, so `a` is installed and lacks `b` (a version mismatch,
-        or a local `a.py` shadowing the package).
+        worker logs. Not when Ray raised it unpickling a worker's exception on the driver
+        ("Failed to unpickle serialized exception"): the worker had the module, and the
+        exception it raised is the failure. A dotted name (`No module named 'a.b'`) is not
+        this rule's: Python names the first part it cannot find, so `a` is installed and lacks
+        `b` (a version mismatch, or a local `a.py` shadowing the package).
     Fix:
         Install it everywhere: add it to the cluster's image, or ship it with the job:
         `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
@@ -94,6 +99,11 @@ class MissingModule(SignatureRule):
         # version or API mismatch, or a local file `a.py` shadowing it: "'a' is not a
         # package"), which installing `a` does not fix.
         texts = texts_of(experiment, failure)
+        # Ray failing to unpickle a worker's exception on the driver (from_ray_exception:
+        # "Failed to unpickle serialized exception"): the worker imported that module and
+        # raised; its own error, which this one masks, is the failure (autogluon #3249).
+        if any(FROM_REMOTE_EXCEPTION.search(text) for text in texts):
+            return True
         table = live(MISSING, "\n".join(texts))  # the signatures that may match at all
         for text in texts:
             for sig in table:

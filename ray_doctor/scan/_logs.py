@@ -184,6 +184,7 @@ CAUSE_ANCHORS = (
     "running ray instance",
     "to redis at",
     "raylet addresses",
+    "node_ip_address.json",
     "connected to ray cluster",
     "started a local ray instance",
     "ray runtime started",

@@ -84,8 +84,28 @@ def test_near_miss_the_gcs_answered_later(fixtures, tmp_path, after):
             "no host",
         ),
         ("ConnectionError: ray client connection timeout\n", "Ray Client timeout"),
+        (  # `ray job submit` given the dashboard's port through a port-forward (kuberay #906)
+            "WARNING utils.py:1415 -- Unable to connect to GCS at 10.160.66.135:8265. Check "
+            "that (1) Ray GCS with matching version started successfully at the specified "
+            "address, and (2) there is no firewall setting preventing access.\n",
+            "port 8265 is the dashboard's",
+        ),
+        (  # a driver on a machine that never joined the cluster (vllm #14349)
+            "2025-03-19 14:59:50,134\tINFO node.py:1084 -- Can't find a `node_ip_address.json` "
+            "file from /tmp/ray/session_2025-03-19_14-26-07_915096_1. Have you started Ray "
+            "instance using `ray start` or `ray.init`?\n",
+            "not on a node of the cluster",
+        ),
     ],
-    ids=["no-instance", "redis-1x", "ip-mismatch", "empty-host", "ray-client"],
+    ids=[
+        "no-instance",
+        "redis-1x",
+        "ip-mismatch",
+        "empty-host",
+        "ray-client",
+        "gcs-version-or-port",
+        "not-a-node",
+    ],
 )
 def test_wordings_across_versions(text, said):
     code, report = inspect_json("-", stdin=text)

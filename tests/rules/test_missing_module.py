@@ -55,3 +55,24 @@ def test_a_pickled_model_needs_its_own_code():
     (finding,) = findings_of(report, "missing-module")
     assert "pickled object" in finding["message"]
     assert "state_dict" in finding["fix"] and "pip" not in finding["fix"]
+
+
+def test_near_miss_a_worker_exception_the_driver_cannot_unpickle():
+    """Ray unpickling a worker's exception on the driver: the worker imported `_catboost` and
+    raised; its error, masked here, is the failure (autogluon #3249, as posted)."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/root/miniconda3/envs/ag/lib/python3.9/site-packages/ray/exceptions.py", line '
+        "46, in from_ray_exception\n"
+        "    return pickle.loads(ray_exception.serialized_exception)\n"
+        "ModuleNotFoundError: No module named '_catboost'\n\n"
+        "The above exception was the direct cause of the following exception:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/root/miniconda3/envs/ag/lib/python3.9/site-packages/ray/exceptions.py", line '
+        "49, in from_ray_exception\n"
+        "    raise RuntimeError(msg) from e\n"
+        "RuntimeError: Failed to unpickle serialized exception\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "missing-module")
+    assert report["findings"][0]["rule"] == "trial-error"
