@@ -91,10 +91,11 @@ UNREACHABLE = signatures(
         "ConnectionError: ray client connection timeout",
     ),
 )
-# Ray's GCS client logs its two timeouts as warnings and tries again: they say the cluster
-# could not be reached only when nothing in the text shows that the GCS answered later: a
-# connection that worked, or a GCS that refused the driver's token (Ray 2.5x's token auth:
-# "Unauthenticated", "InvalidAuthToken"), which is reachable and wants credentials.
+# Lines Ray logs while it keeps retrying (the GCS client's timeouts, the driver waiting for a
+# local node): they say the cluster could not be reached only when nothing in the text shows
+# that the GCS answered later: a connection that worked, or a GCS that refused the driver's
+# token (Ray 2.5x's token auth: "Unauthenticated", "InvalidAuthToken"), which is reachable and
+# wants credentials.
 RETRIED = frozenset(
     {
         "GCS not answering",
