@@ -102,6 +102,38 @@ def test_zip_bomb_declaring_sizes_beyond_the_file(tmp_path):
     assert "beyond the file" in report["findings"][0]["message"]
 
 
+def test_zip_bomb_declaring_a_size_no_real_tensor_deflates_to(tmp_path):
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data/0", b"\0" * 4096)
+    data = bytearray(buffer.getvalue())
+    directory = data.rfind(b"PK\x01\x02")
+    data[directory + 24 : directory + 28] = (2**31).to_bytes(4, "little")  # uncompressed size
+    path = tmp_path / "bomb.pt"
+    path.write_bytes(bytes(data))
+    code, report = verify_json(str(path))
+    assert code == 1
+    assert "treated as a zip bomb and not inflated" in report["findings"][0]["message"]
+
+
+def test_near_miss_a_deflated_checkpoint_of_zeros(tmp_path):
+    """A real torch checkpoint zipped again with deflate: an all-zero tensor (fresh optimizer
+    moments) deflates about 1030x, past the bomb ratio, and is still a whole checkpoint."""
+    plain = tmp_path / "plain.pt"
+    torch.save({"exp_avg": torch.zeros(2_500_000)}, plain)
+    deflated = tmp_path / "deflated" / "model.pt"
+    deflated.parent.mkdir()
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(deflated, "w") as target:
+        for info in source.infolist():
+            target.writestr(info.filename, source.read(info), zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(deflated) as archive:
+        zeros = max(archive.infolist(), key=lambda i: i.file_size)
+    assert zeros.file_size > 1000 * zeros.compress_size
+    code, report = verify_json(str(deflated.parent))
+    assert code == 0, report["findings"]
+    assert report["checkpoints"][0]["tensors"] == 1
+
+
 def test_safetensors_healthy_and_truncated(tmp_path):
     path = tmp_path / "model.safetensors"
     save_file(trained_state()["model"], str(path))
