@@ -82,6 +82,19 @@ def test_only_state_file_is_garbage_trials_come_from_dirs(fixtures, tmp_path):
     assert code == 1, "the errored trial is still found from its error.txt"
 
 
+def test_json_nested_deeper_than_the_stack(fixtures, tmp_path):
+    """A hostile or damaged file of 200,000 nested brackets: Python's JSON decoder gives up
+    with RecursionError, which was an internal error; it is unreadable JSON like any other."""
+    exp = copy_experiment(fixtures, "tune_trial_error", tmp_path)
+    deep = "[" * 200_000 + "]" * 200_000
+    next(exp.glob("experiment_state-*.json")).write_text(deep)
+    (errored_trial_dir(exp) / "params.json").write_text(deep)
+    code, report = inspect_json(str(exp))
+    assert code == 1, "the errored trial is still found from its error.txt"
+    assert reasons(report).count("not valid JSON") == 2
+    assert report["summary"]["trials"] == 3
+
+
 @pytest.mark.parametrize("name", ["result.json", "error.txt", "params.json"])
 def test_empty_trial_files(fixtures, tmp_path, name):
     exp = copy_experiment(fixtures, "tune_trial_error", tmp_path)

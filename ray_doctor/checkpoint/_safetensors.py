@@ -42,7 +42,7 @@ def analyse(storage: Storage, result: FileResult) -> None:
     except StorageError as exc:
         result.problem("checkpoint-corrupt", f"cannot read: {exc.reason}")
         return
-    except (ValueError, struct.error, UnicodeDecodeError) as exc:
+    except (ValueError, struct.error, UnicodeDecodeError, RecursionError) as exc:
         result.problem("checkpoint-corrupt", f"header is not valid JSON: {exc}")
         return
     if not isinstance(header, dict):

@@ -104,7 +104,7 @@ def read_evidence_file(storage: Storage, entry: Entry) -> RankDump | RankExit | 
     if data.startswith(b"{"):
         try:
             root = json.loads(data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             if DUMP_NAME.search(entry.name) and entry.name.endswith(".json"):
                 return ScanError(shown, f"not valid JSON ({exc})")
             return None
@@ -361,7 +361,7 @@ def _json_rank_line(line: str, path: str, lineno: int, last_lines: dict[int, Evi
     """Ray Train V2's train/*.log: one JSON record per line, with the worker's world_rank."""
     try:
         record = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return
     if not isinstance(record, dict):
         return

@@ -750,7 +750,7 @@ def parse_json_log(lines: Iterable[str], path: str) -> LogResult:
     for lineno, line in enumerate(lines, start=1):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(record, dict):
             continue

@@ -204,7 +204,7 @@ def _json_texts(line: str) -> list[str] | None:
         return None
     try:
         record = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(record, dict):
         return None

@@ -104,7 +104,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
     return value if isinstance(value, dict) else {}
 
@@ -132,7 +132,7 @@ def _run_metadata(value: Any) -> dict[str, Any]:
         if cut > 0:
             try:
                 head = json.loads(value[:cut] + "}")
-            except ValueError:
+            except (ValueError, RecursionError):
                 head = None
             if isinstance(head, dict) and head.keys() >= META_KEYS:
                 return head
@@ -233,6 +233,8 @@ class _Reader:
                 if self._more():
                     continue
                 self.fail(exc.msg)
+            except RecursionError:  # nested deeper than the interpreter's stack
+                self.fail("JSON nested too deep")
             # A number at the very end of the buffer may continue in the next chunk.
             if end >= len(self.buf) and not self.eof and self._more():
                 continue
@@ -250,7 +252,7 @@ WHOLE_FILE_LIMIT = 32 * 1024 * 1024
 def _read_whole(storage: Storage, path: str) -> tuple[StateFile, Iterator[Any]]:
     try:
         data = json.loads(storage.read_bytes(path, WHOLE_FILE_LIMIT))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise StateError(str(exc)) from None
     if not isinstance(data, dict):
         raise StateError("not a JSON object")

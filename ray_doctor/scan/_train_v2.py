@@ -149,7 +149,7 @@ def _read_rank_errors(
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             bad.append(lineno)
             continue
         if isinstance(record, dict) and isinstance(record.get("rank"), int):
@@ -228,7 +228,7 @@ def _read_snapshot(storage: Storage, entry: Entry, errors: list[ScanError]) -> d
     except StorageError as exc:
         errors.append(ScanError(exc.path, exc.reason))
         return {}
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         cut = json_cut_off(storage, entry)
         errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}", cut))
         return {}

@@ -185,7 +185,7 @@ def read_params(storage: Storage, entry: Entry, errors: list[ScanError]) -> dict
     except StorageError as exc:
         errors.append(ScanError(exc.path, exc.reason))
         return {}
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         cut = json_cut_off(storage, entry)
         errors.append(ScanError(storage.display(entry.path), f"not valid JSON: {exc}", cut))
         return {}

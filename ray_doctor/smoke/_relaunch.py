@@ -58,7 +58,7 @@ def _params(storage, trial: Trial) -> dict[str, Any] | None:
         if storage.stat(path) is None:
             return None
         data = json.loads(storage.read_bytes(path, PARAMS_LIMIT))
-    except (StorageError, ValueError):
+    except (StorageError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
