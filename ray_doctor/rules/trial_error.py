@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ray_doctor.model import Experiment, Failure, TrialStatus
+from ray_doctor.model import Experiment, Failure, LogEvent, TrialStatus
 from ray_doctor.rules._base import (
     Finding,
     Precedence,
@@ -35,6 +35,10 @@ def _fix(experiment: Experiment, failure: Failure | None) -> str:
     )
 
 
+# Tune's own lines that a trial errored, when a log is all there is.
+ERRORED_EVENTS = ("trial-errored", "trial-task-failed")
+
+
 class TrialError(Rule):
     """A trial ended in ERROR and no rule for a specific cause explains why.
 
@@ -48,7 +52,11 @@ class TrialError(Rule):
     Evidence it uses:
         The `Failure # N` blocks of the trial's `error.txt` (the last one is the error that
         ended the trial), the trial status in the newest `experiment_state-*.json`, and
-        tracebacks in the driver log or the logs given with `--logs`.
+        tracebacks in the driver log or the logs given with `--logs`. A log that is all there
+        is and holds Tune's word that a trial errored ("Trial X errored after N iterations",
+        "Trial task failed for trial X") but no error text: the trials it names, their cause
+        unknown, when nothing else was found and the log does not say later that the trial
+        completed (a retry that worked).
     Fix:
         Fix the code at the frame named in the finding. Then resume the failed trials with
         `Tuner.restore(path, trainable, resume_errored=True)` (continue from their last
@@ -63,6 +71,7 @@ class TrialError(Rule):
     title = "Trial failed"
     severity = Severity.ERROR
     specificity = Precedence.ERROR
+    needs_findings = True  # the log-only case speaks only when nothing else was found
     example = "fixtures/tune_trial_error"
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
@@ -99,3 +108,27 @@ class TrialError(Rule):
                 failure_evidence(failure),
                 subject=failure_subject(experiment, index),
             )
+
+    def check_findings(self, experiment: Experiment, findings: list[Finding]) -> Iterator[Finding]:
+        """A log with Tune's word that trials errored but not their error (a driver log cut
+        short, a paste): the trials it names, unknown cause. Only when nothing else was found,
+        the text holds no trial and no error of its own, and not for a trial the log later
+        says completed (a retry that worked)."""
+        if findings or experiment.trials or experiment.failures:
+            return
+        errored: dict[str, LogEvent] = {}
+        for event in experiment.events:
+            if event.kind in ERRORED_EVENTS and event.trial:
+                errored.setdefault(event.trial, event)
+            elif event.kind == "trial-completed":
+                errored.pop(event.trial or "", None)
+        fix = (
+            "Run `ray-doctor inspect` on the experiment's dir (storage_path/name, where Ray "
+            "wrote the trials' error.txt), or give the whole driver log: the error is there."
+        )
+        for trial, event in errored.items():
+            message = (
+                f"Trial {trial} errored, the log says; its error text is not in what was "
+                "read (the trial's error.txt, or the rest of the driver's log, holds it)."
+            )
+            yield self.finding(experiment, message, fix, [event.source])

@@ -231,6 +231,7 @@ CAUSE_ANCHORS = (
     # Tune's own words
     "trials did not complete",
     "errored after",
+    "completed after",
     "max_failures",
 )
 # Short anchors that are parts of common words ("nan" in "finance", "inf" in "INFO"): a line
@@ -281,6 +282,10 @@ EVENT_PATTERNS = (
         re.compile(r"Trial (?P<trial>\S+) errored after (?P<iterations>\d+) iterations"),
     ),
     EventPattern("trial-task-failed", re.compile(r"Trial task failed for trial (?P<trial>\S+)")),
+    # Tune's status line that a trial finished after all (a retry that worked).
+    EventPattern(
+        "trial-completed", re.compile(r"Trial (?P<trial>\S+) completed after \d+ iterations")
+    ),
     EventPattern(
         "interrupted",
         re.compile(r"^KeyboardInterrupt|Received SIGINT|Stop signal received|SIGTERM received"),

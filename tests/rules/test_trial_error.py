@@ -64,3 +64,41 @@ def test_near_miss_benign_background_traceback_in_a_healthy_v2_log(fixtures):
     )
     assert not findings_of(report, "trial-error")
     assert code == 0
+
+
+def _recovered_log_lines(fixtures, *words: str) -> str:
+    """Lines of the real Ray 2.60 driver log of a trial that errored once and then finished."""
+    lines = (fixtures / "tune_recovered" / "driver.log").read_text().splitlines()
+    return "".join(f"{line}\n" for line in lines if any(word in line for word in words))
+
+
+def test_a_log_that_only_says_a_trial_errored(fixtures):
+    """A driver log cut short (or pasted) after Tune's status line: no error text, but Tune
+    said the trial errored. Exit 0 would call the run clean."""
+    text = _recovered_log_lines(fixtures, "errored after 3 iterations")
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "trial-error")
+    assert "Trial train_model_dc43a_00000 errored" in finding["message"]
+    assert "error.txt" in finding["message"] and "ray-doctor inspect" in finding["fix"]
+
+
+def test_near_miss_the_log_says_the_trial_completed_later(fixtures):
+    text = _recovered_log_lines(fixtures, "errored after 3 iterations", "completed after")
+    assert text.count("\n") == 2
+    code, report = inspect_json("-", stdin=text)
+    assert code == 0 and not report["findings"]
+
+
+def test_near_miss_a_cause_in_the_log_speaks_alone():
+    """Ray's memory monitor's kill notice beside Tune's line: the cause is the finding; the
+    trial's bare 'errored' adds nothing (real Ray 2.x wordings)."""
+    text = (
+        "2023-06-01 10:00:00,000\tERROR tune_controller.py:1332 -- Trial task failed for trial "
+        "train_fn_8c9e1_00000\n"
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+        "memory.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "oom-ray-memory-monitor"
+    assert not any("the log says" in f["message"] for f in findings_of(report, "trial-error"))
