@@ -18,6 +18,12 @@ GONE = signatures(
     # Not in the dir Tune's `restore_from_object` unpacks a shipped checkpoint into
     # (`tempfile.mkdtemp("restore_from_object")`, Ray 0.8-1.x): a file missing there is one
     # Tune's own transfer left out (a Tune bug, ray #8581), not a checkpoint that is gone.
+    # Lightning's checkpoint IO (lightning_fabric/plugins/io/torch_io.py, 1.9-2.x; "Checkpoint
+    # at ... not found. Aborting training." before), which many trainers copy word for word.
+    (
+        "checkpoint file not found",
+        r"Checkpoint file not found: \S|Checkpoint at \S+ not found\. Aborting training",
+    ),
     (
         "checkpoint path missing",
         r"(?:FileNotFoundError|No such file or directory).{0,200}"

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -58,3 +59,19 @@ def test_near_miss_file_missing_from_tunes_own_restore_copy():
     gone = text.replace("tmpmtsto5e8restore_from_object/", "")
     _, report = inspect_json("-", stdin=gone)
     assert findings_of(report, "checkpoint-missing"), "a checkpoint of the run itself is gone"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # lightning_fabric/plugins/io/torch_io.py (Lightning 1.9-2.x), GraphDreamer #6 as posted
+        "FileNotFoundError: Checkpoint file not found: examples/gd-if/blue_jay/ckpts/last.ckpt",
+        # pytorch_lightning's checkpoint connector before it
+        "FileNotFoundError: Checkpoint at lightning_logs/version_3/checkpoints/last.ckpt not "
+        "found. Aborting training.",
+    ],
+)
+def test_lightning_resume_from_a_path_that_is_not_there(line):
+    code, report = inspect_json("-", stdin=line + "\n")
+    assert code == 1
+    assert report["findings"][0]["rule"] == "checkpoint-missing"
