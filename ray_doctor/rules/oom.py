@@ -174,6 +174,15 @@ CUDA = signatures(
         "RuntimeError: CUDA driver error: out of memory",
     ),
     wording(
+        "CUDA driver API out of memory",
+        r"CUDA_ERROR_OUT_OF_MEMORY|CUDA Error: out of memory at ",
+        "the CUDA driver API's error name and text (cuGetErrorName / cuGetErrorString) as "
+        "TensorFlow's stream executor, XLA and vLLM's cumem allocator print them",
+        "TensorFlow 1.x-2.x; JAX; vLLM 0.7+",
+        "failed to allocate 3.88G (4162022400 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out "
+        "of memory",
+    ),
+    wording(
         "cuBLAS allocation failed",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         "cuBLAS through torch (aten/src/ATen/cuda/CublasHandlePool.cpp)",

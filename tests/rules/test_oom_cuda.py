@@ -6,6 +6,13 @@ WORDINGS = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.",
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.21 GiB already allocated; 3.19 MiB free; 14.70 GiB reserved in total by PyTorch)",
     "RuntimeError: CUDA error: out of memory",
+    # the CUDA driver API's name for it, as TensorFlow logs it (ray #13680, as posted)
+    "(pid=4241) 2021-01-25 03:36:41.436526: I tensorflow/stream_executor/cuda/cuda_driver.cc:775] "
+    "failed to allocate 3.88G (4162022400 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of "
+    "memory",
+    # vLLM's cumem allocator waking up (lmm-r1 #43, as posted)
+    "(ActorModelRayActor pid=348952) RuntimeError: CUDA Error: out of memory at "
+    "/workspace/csrc/cumem_allocator.cpp:62",
 ]
 
 
