@@ -49,6 +49,15 @@ MISMATCH = signatures(
         "RuntimeError: Expected object of backend CUDA but got backend CPU for argument #2",
     ),
     wording(
+        "device N does not equal M",
+        r"to have the same device as tensor for argument #\d+ '?\w*'?; but device (\d+) does "
+        r"not equal (\d+)",
+        "torch ATen checkSameGPU (aten/src/ATen/TensorUtils.cpp)",
+        "torch 1.0-1.x",
+        "RuntimeError: Expected tensor for 'out' to have the same device as tensor for argument "
+        "#2 'mat1'; but device 1 does not equal 3 (while checking arguments for addmm)",
+    ),
+    wording(
         "not at the same device",
         r"Input and parameter tensors are not at the same device|"
         r"Input and hidden tensors are not at the same device",

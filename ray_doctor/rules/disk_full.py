@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 
+SEMAPHORE = "SemLock("  # multiprocessing/synchronize.py, making a POSIX semaphore in /dev/shm
 FULL = signatures(
     wording(
         "ENOSPC",
@@ -76,7 +77,10 @@ class DiskFull(SignatureRule):
         otherwise, and large models make each one big), logs or spilled objects fill
         `/tmp/ray`, or the storage volume is small.
     Evidence it uses:
-        The error text, and the trials that keep the most checkpoint dirs on storage.
+        The error text, and the trials that keep the most checkpoint dirs on storage. Not
+        /dev/shm, which is memory: NCCL's segments, torch's shared-memory files
+        ("</torch_...>") and multiprocessing's semaphores (`SemLock`) failing with ENOSPC are
+        a small shared-memory mount (`docker run --shm-size`), reported with their text.
     Fix:
         Keep fewer checkpoints: `CheckpointConfig(num_to_keep=2)` (with
         `checkpoint_score_attribute` to keep the best). Save only what a restore needs (model
@@ -94,6 +98,12 @@ class DiskFull(SignatureRule):
     severity = Severity.ERROR
     example = "fixtures/tune_disk_full"
     signatures = FULL
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # A POSIX semaphore (multiprocessing's SemLock, DataLoader workers' queues) that
+        # cannot be made: they live in /dev/shm, 64 MB in a default container, not on a disk
+        # (Megatron-LM #878). Read in the failure itself: another trial's text says nothing.
+        return failure is not None and any(SEMAPHORE in line for _, line in failure.lines())
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         message = (

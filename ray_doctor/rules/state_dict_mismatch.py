@@ -58,6 +58,15 @@ MISMATCH = signatures(
         "checkpoint, where the shape is torch.Size([16, 3, 3, 3]) in current model.",
     ),
     wording(
+        "distributed checkpoint size mismatch",
+        r"Size mismatch between saved torch\.Size\(\[[^]]*\]\) and current: torch\.Size",
+        "torch.distributed.checkpoint load planner "
+        "(torch/distributed/checkpoint/default_planner.py)",
+        "torch 2.0-2.13",
+        "ValueError: Size mismatch between saved torch.Size([257152, 2048]) and current: "
+        "torch.Size([131661824]) for model.embed_tokens.weight",
+    ),
+    wording(
         "transformers size mismatch",
         r"You may consider adding `ignore_mismatched_sizes=True`",
         "Hugging Face transformers PreTrainedModel.from_pretrained",

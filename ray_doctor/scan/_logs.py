@@ -211,6 +211,7 @@ CAUSE_ANCHORS = (
     "load key",
     "state_dict",
     "size mismatch for",
+    "size mismatch between",
     "missing key",
     "unexpected key",
     "safetensor",

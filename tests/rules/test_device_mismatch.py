@@ -25,3 +25,15 @@ def test_near_miss_dtype_mismatch():
     text = "RuntimeError: expected scalar type Float but found Double\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "device-mismatch")
+
+
+def test_torch_1_x_device_numbers_wording():
+    """ATen's checkSameGPU in torch 1.x names device numbers (ray #30063, as posted)."""
+    text = (
+        "(BackendExecutor pid=5631) RuntimeError: Expected tensor for 'out' to have the same "
+        "device as tensor for argument #2 'mat1'; but device 1 does not equal 3 (while checking "
+        "arguments for addmm)\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert report["findings"][0]["rule"] == "device-mismatch"

@@ -42,3 +42,16 @@ def test_near_miss_shared_memory_of_dataloader_workers():
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "disk-full")
     assert report["findings"][0]["rule"] == "trial-error", "reported with its text"
+
+
+def test_near_miss_a_semaphore_in_shared_memory():
+    """multiprocessing's SemLock lives in /dev/shm: ENOSPC there is a small shared-memory
+    mount, not a disk (Megatron-LM #878, as posted)."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__\n'
+        "    sl = self._semlock = _multiprocessing.SemLock(\n"
+        "OSError: [Errno 28] No space left on device\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "disk-full")

@@ -96,3 +96,18 @@ def test_a_one_output_head_is_a_real_mismatch():
         "weight is torch.Size([2, 32]) in the checkpoint but torch.Size([1, 32])"
         in finding["message"]
     )
+
+
+def test_distributed_checkpoint_size_mismatch(tmp_path):
+    """torch.distributed.checkpoint's load planner has its own wording (RLinf #655): real
+    torch text from a DCP save loaded into a model of another size."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save({"weight": torch.zeros(4, 8)}, checkpoint_id=str(tmp_path))
+    with pytest.raises(BaseException) as raised:  # DCP's CheckpointException is a BaseException
+        dcp.load({"weight": torch.zeros(32)}, checkpoint_id=str(tmp_path))
+    text = f"ValueError: {raised.value}\n"
+    assert "Size mismatch between saved torch.Size([4, 8]) and current" in text
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "state-dict-mismatch"
