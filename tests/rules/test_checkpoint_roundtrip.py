@@ -50,3 +50,18 @@ def test_near_miss_a_restore_cut_off_by_the_deadline(tmp_path):
     result = checkpoint_result(ctx, values, RUN)
     assert result.status.value == "error" and not result.findings
     assert "raise --timeout" in result.message
+
+
+def test_near_miss_a_trial_cut_off_by_the_deadline():
+    """The smoke trial's own error is Ray's GetTimeoutError while --timeout ran out (a stage
+    squeezed on a busy machine): out of time, not a failed check (seen in CI under load)."""
+    from ray_doctor.smoke.stages._common import trial_failed
+
+    run = {
+        **RUN,
+        "out_of_time": True,
+        "trial_error": "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+    }
+    result = trial_failed("device", run, "device-unavailable")
+    assert result.status.value == "error" and not result.findings
+    assert "raise --timeout" in result.message

@@ -342,8 +342,16 @@ def out_of_time(stage: str, run: dict[str, Any]) -> StageResult:
     return StageResult(stage, StageStatus.ERROR, duration_s=run["seconds"], message=message)
 
 
+# Ray's words for a get that outlived its timeout: a stage squeezed by --timeout, not a fault.
+TIMEOUT_WORDS = ("GetTimeoutError", "Get timed out")
+
+
+def timed_out(text: str | None) -> bool:
+    return bool(text) and any(word in text for word in TIMEOUT_WORDS)
+
+
 def trial_failed(stage: str, run: dict[str, Any], fallback: str) -> StageResult:
-    if run["out_of_time"] and not run["trial_error"]:
+    if run["out_of_time"] and (not run["trial_error"] or timed_out(run["trial_error"])):
         return out_of_time(stage, run)
     text = run["trial_error"] or "the trial ended without reporting"
     if missing_ray_name(text):

@@ -25,6 +25,7 @@ from ray_doctor.smoke.stages._common import (
     new_collector,
     not_collected,
     ray_api,
+    timed_out,
     watched,
 )
 
@@ -83,6 +84,14 @@ def collective_stage(ctx: Context) -> StageResult:
         return never_scheduled(ctx, "collective", run.unscheduled)
     finished, error = run.finished, run.error
     seconds = time.monotonic() - started
+    squeezed = budget < TRAIN_STAGE_S  # --timeout left less than the stage's own limit
+    if squeezed and (not finished or timed_out(error and _probes.error_text(error))):
+        # Cut short by --timeout (seen on a busy machine): not a collective that hung.
+        message = (
+            f"The allreduce run did not finish in the {budget:.0f} s --timeout left it: raise "
+            "--timeout."
+        )
+        return StageResult("collective", StageStatus.ERROR, duration_s=seconds, message=message)
     values = collected_values(collector)
     if values is None and error is None:
         return not_collected("collective", seconds)
