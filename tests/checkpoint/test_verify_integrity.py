@@ -87,30 +87,32 @@ def test_storage_of_the_wrong_size(healthy_pt, tmp_path):
     assert "needs" in report["findings"][0]["message"]
 
 
-def test_zip_bomb_declaring_sizes_beyond_the_file(tmp_path):
+def _zip_declaring(tmp_path, method, payload, *, compressed=None, uncompressed=None):
+    """A one-member zip whose central directory declares other sizes than it holds."""
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("archive/data/0", b"x" * 64)
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        archive.writestr("archive/data/0", payload)
     data = bytearray(buffer.getvalue())
     directory = data.rfind(b"PK\x01\x02")
-    data[directory + 20 : directory + 24] = (2**31).to_bytes(4, "little")  # compressed size
-    data[directory + 24 : directory + 28] = (2**31).to_bytes(4, "little")  # uncompressed size
+    for offset, size in ((20, compressed), (24, uncompressed)):
+        if size is not None:
+            data[directory + offset : directory + offset + 4] = size.to_bytes(4, "little")
     path = tmp_path / "bomb.pt"
     path.write_bytes(bytes(data))
+    return path
+
+
+def test_zip_bomb_declaring_sizes_beyond_the_file(tmp_path):
+    path = _zip_declaring(
+        tmp_path, zipfile.ZIP_STORED, b"x" * 64, compressed=2**31, uncompressed=2**31
+    )
     code, report = verify_json(str(path))
     assert code == 1
     assert "beyond the file" in report["findings"][0]["message"]
 
 
 def test_zip_bomb_declaring_a_size_no_real_tensor_deflates_to(tmp_path):
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("archive/data/0", b"\0" * 4096)
-    data = bytearray(buffer.getvalue())
-    directory = data.rfind(b"PK\x01\x02")
-    data[directory + 24 : directory + 28] = (2**31).to_bytes(4, "little")  # uncompressed size
-    path = tmp_path / "bomb.pt"
-    path.write_bytes(bytes(data))
+    path = _zip_declaring(tmp_path, zipfile.ZIP_DEFLATED, b"\0" * 4096, uncompressed=2**31)
     code, report = verify_json(str(path))
     assert code == 1
     assert "treated as a zip bomb and not inflated" in report["findings"][0]["message"]
