@@ -51,6 +51,8 @@ COMPAT_VENV := .venv-ray$(COMPAT_RAY)
 # setuptools >= 77, which only its build helpers use, so the older setuptools goes in by a
 # second pip call.
 COMPAT_PINS_2.9.3 := "pyarrow<18"
+# Ray 2.20's ray.data calls pyarrow.PyExtensionType.set_auto_load too.
+COMPAT_PINS_2.20.0 := "pyarrow<18"
 COMPAT_AFTER_2.9.3 := "setuptools<69"
 $(COMPAT_VENV)/.installed: pyproject.toml
 	rm -rf $(COMPAT_VENV)
