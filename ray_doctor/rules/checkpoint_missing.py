@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Layout, Trial, TrialStatus
-from ray_doctor.rules._base import Precedence, Rule, resume_hint, subject_name
-from ray_doctor.rules._signature import search, signatures
+from ray_doctor.rules._base import Precedence, Rule, resume_hint, stop_subject, subject_name
+from ray_doctor.rules._signature import Hit, ended_by, search, search_events, signatures
 
 GONE = signatures(
     (
@@ -24,11 +24,39 @@ GONE = signatures(
         "checkpoint file not found",
         r"Checkpoint file not found: \S|Checkpoint at \S+ not found\. Aborting training",
     ),
+    # fvcore / detectron2's Checkpointer ("Checkpoint {} not found!") and mmcv / mmengine's
+    # load_checkpoint, which says "is not a checkpoint file" only when the path is no file.
+    (
+        "checkpoint file not found",
+        r"Checkpoint \S+ not found!|(?:IOError|OSError): \S.* is not a checkpoint file",
+    ),
+    # Tune's searchers on resume (tune/search/searcher.py restore_from_dir, Ray 1.x-2.x): no
+    # searcher-state file in the experiment dir.
+    ("searcher state missing", r"Searcher unable to find checkpoint in \S"),
     (
         "checkpoint path missing",
         r"(?:FileNotFoundError|No such file or directory).{0,200}"
         r"(?<!restore_from_object/)checkpoint_",
     ),
+    # A weights file by its extension: .pth, .ckpt and .safetensors hold models (and Ray 0.x-1.x
+    # Tune / RLlib checkpoints had a .tune_metadata beside them); .pt and .bin are as often
+    # datasets (PyG's processed/data.pt) and are left to the words above.
+    (
+        "weights file missing",
+        r"(?:FileNotFoundError|No such file or directory)(?![^\n]*restore_from_object/)"
+        r"[^\n]{0,200}\.(?:pth|ckpt|safetensors|tune_metadata)['\"]",
+    ),
+)
+
+
+# Ray's own records name a checkpoint that is gone; the other rows are a path the code loads.
+RECORDS = {"snapshot names a missing checkpoint", "checkpoint manager init"}
+PATH_FIX = (
+    "Check the path where the failing process runs: a relative path resolves against its "
+    "working dir (Tune starts a trainable in its trial dir), and a file on the driver's disk "
+    "is not on the other nodes. Load from an absolute path on storage every node reads (the "
+    "run's `storage_path`, or `ray.train.get_checkpoint()`), and create the file first if it "
+    "comes from an earlier step."
 )
 
 
@@ -40,12 +68,17 @@ class CheckpointMissing(Rule):
         iteration 1; or a Train V2 `checkpoint_manager_snapshot.json` (or a trial's last
         reported `checkpoint_dir_name`) names a checkpoint dir that is not on storage, and a
         resume fails with "The run snapshot contains a reference to a checkpoint that does not
-        exist anymore".
+        exist anymore"; or the code that loads a checkpoint finds no file at its path
+        (`FileNotFoundError` on a `.pth` / `.ckpt` / `.safetensors` or `checkpoint_*` path,
+        Lightning's "Checkpoint file not found", fvcore's "Checkpoint ... not found!", mmcv's
+        "... is not a checkpoint file").
     Likely cause:
         The training function never reports a checkpoint (`tune.report(..., checkpoint=...)`)
         or does not load one (`tune.get_checkpoint()` / `ray.train.get_checkpoint()`), so a
         retry cannot resume. Dangling records come from checkpoint dirs deleted by hand or by
         a cleanup job, a sync that never finished, or storage that is not shared between nodes.
+        A path that is not there is often relative (Tune starts a trainable in its trial dir)
+        or on one node's disk only.
     Evidence it uses:
         Trial status, `max_failures`, the checkpoint dirs on storage, the last
         `checkpoint_dir_name` in result.json, the Train V2 snapshot's `checkpoint_results` and
@@ -73,16 +106,36 @@ class CheckpointMissing(Rule):
                 yield self._dangling(experiment, trial, missing)
             elif self._retried_from_scratch(trial):
                 yield self._nothing_to_resume(experiment, trial)
-        for index, failure in enumerate(experiment.failures):
+        # A trial's own error (a training function loading its checkpoint) or the run's.
+        text_findings = 0
+        for trial, failure, subject in ended_by(experiment):
             hit = search(GONE, failure)
             if hit:
-                yield self.finding(
-                    experiment,
-                    f"Resuming failed: {hit.evidence.excerpt}",
-                    self._dangling_fix(experiment),
-                    [hit.evidence],
-                    subject=f"run:{experiment.path}:{index}",
-                )
+                text_findings += 1
+                yield self._load_failed(experiment, hit, trial, subject)
+        # Tune logs some of these as a line of its own before the traceback it raises.
+        if not text_findings and self._stopped(experiment):
+            hits = search_events(GONE, experiment.events)
+            if hits:
+                yield self._load_failed(experiment, hits[0], None, stop_subject(experiment))
+
+    @staticmethod
+    def _stopped(experiment: Experiment) -> bool:
+        return bool(experiment.failures) or any(t.status.unfinished for t in experiment.trials)
+
+    def _load_failed(
+        self, experiment: Experiment, hit: Hit, trial: Trial | None, subject: str
+    ) -> Finding:
+        fix = self._dangling_fix(experiment) if hit.signature.label in RECORDS else PATH_FIX
+        return self.finding(
+            experiment,
+            f"{subject_name(experiment, trial)} could not load a checkpoint: "
+            f"{hit.evidence.excerpt}",
+            fix,
+            [hit.evidence],
+            trial=trial,
+            subject=subject,
+        )
 
     @staticmethod
     def _retried_from_scratch(trial: Trial) -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment, Failure
+from ray_doctor.model import Evidence, Experiment, Failure, Frame
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
+    Signature,
     SignatureRule,
     mentions,
     signatures,
@@ -43,8 +46,10 @@ UNREACHABLE = signatures(
     ),
     wording(
         "GCS connect failed",
-        r"Failed to connect to GCS\. Please check `?gcs_server\.out",
-        "Ray's Python GCS client (python/ray/_private/gcs_utils.py)",
+        # Ray 2.x's Node._init_gcs_client raises the bare sentence after its retries.
+        r"Failed to connect to GCS\. Please check `?gcs_server\.out|"
+        r"RuntimeError: Failed to connect to GCS\.\s*$",
+        "Ray's Python GCS client (python/ray/_private/gcs_utils.py; python/ray/_private/node.py)",
         "Ray 2.0-2.x",
         "ERROR gcs_utils.py:213 -- Failed to connect to GCS. Please check `gcs_server.out` for "
         "more details.",
@@ -75,6 +80,35 @@ UNREACHABLE = signatures(
         "that 10.0.199.179:6379 is reachable from this machine.",
     ),
     wording(
+        "GCS reconnect gave up",
+        r"Couldn't reconnect to GCS server\. The last attempted GCS server address was (\S+)",
+        "Ray 1.x's GCS client giving up (src/ray/gcs/gcs_client/service_based_gcs_client.cc, "
+        "RAY_LOG(FATAL))",
+        "Ray 1.0-1.x",
+        "service_based_gcs_client.cc:229: Couldn't reconnect to GCS server. The last attempted GCS "
+        "server address was 10.42.0.44:43507",
+    ),
+    wording(
+        "GCS request retried",
+        # At ERROR only: from Ray 1.11 it is a debug line every start-up may print while the
+        # local GCS comes up (ray #43070).
+        r"ERROR [\w.]+:\d+ -- Failed to send request to gcs, reconnecting",
+        "Ray's Python GCS client retrying on UNAVAILABLE (python/ray/_private/gcs_utils.py; "
+        "logged as an error in Ray 1.9-1.10, as debug after)",
+        "Ray 1.9-2.x",
+        "ERROR gcs_utils.py:137 -- Failed to send request to gcs, reconnecting. Error "
+        "<_InactiveRpcError of RPC that terminated with:",
+    ),
+    wording(
+        "Redis connect failed",
+        r"Could not establish connection to [Rr]edis (\S+:\d+) \(context\.err = \d+\)",
+        "Ray's Redis client, a raylet or GCS reaching the head's Redis (src/ray/gcs/"
+        "redis_context.cc: RAY_LOG(FATAL) in 0.8-1.x, a RedisError after)",
+        "Ray 0.8-2.60",
+        "F1119 08:22:23.602082 1513663 1513663 redis_context.cc:298] Could not establish "
+        "connection to redis 10.0.0.5:12662 (context.err = 1)",
+    ),
+    wording(
         "node IP not in cluster",
         r"This node has an IP address of (\S+), and Ray expects this IP address to be either "
         r"the GCS address or one of the Raylet addresses",
@@ -102,6 +136,7 @@ RETRIED = frozenset(
         "cluster ID timeout",
         "GCS unreachable",
         "GCS connect failed",
+        "GCS request retried",
         "not a node",
     }
 )
@@ -112,6 +147,34 @@ ANSWERED = signatures(
     ),
     ("token refused", r"InvalidAuthToken|AuthenticationError|from GCS server: Unauthenticated"),
 )
+
+
+# Ray before 2.0 reached the head's Redis with redis-py: a connection error raised in redis-py
+# under Ray's own frames (ray.init, ray start, a raylet joining) is the cluster not answering.
+# A user's own Redis fails under the user's frames, not Ray's.
+REDIS_FRAMES = Signature(
+    "Redis connect failed under Ray",
+    re.compile(r".*"),
+    "redis-py's connection (redis/connection.py) called by Ray's node start-up (ray/node.py, "
+    "ray/_private/services.py)",
+    "Ray 0.8-1.x",
+)
+CONNECT_ERRORS = {
+    "ConnectionRefusedError",
+    "TimeoutError",
+    "ConnectionError",
+    "redis.exceptions.ConnectionError",
+    "redis.exceptions.TimeoutError",
+}
+
+
+def _in_redis_py(frame: Frame) -> bool:
+    return frame.file.replace("\\", "/").endswith("redis/connection.py")
+
+
+def _in_ray(frame: Frame) -> bool:
+    path = frame.file.replace("\\", "/")
+    return "/ray/" in path and "/redis/" not in path
 
 
 # What was not there, by wording ("nothing answered there" unless said otherwise).
@@ -185,6 +248,18 @@ class ClusterUnreachable(SignatureRule):
     example = "fixtures/tune_cluster_unreachable"
     smoke_example = "ray-doctor smoke --address 127.0.0.1:1"
     signatures = UNREACHABLE
+
+    def search_failure(self, failure: Failure) -> Hit | None:
+        hit = super().search_failure(failure)
+        if hit is not None or failure.exc_type not in CONNECT_ERRORS:
+            return hit
+        frames = failure.frames
+        if not (any(map(_in_redis_py, frames)) and any(map(_in_ray, frames))):
+            return None
+        where = f"Ray's connection to the head's Redis raised {failure.exc_type}"
+        line = failure.exc_line or Evidence(frames[-1].file, frames[-1].line, where)
+        match = REDIS_FRAMES.pattern.match(where)
+        return Hit(REDIS_FRAMES, match, line, failure) if match else None
 
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
         hit = self.search_failure(failure) if failure is not None else None

@@ -34,8 +34,9 @@ ANOMALY = signatures(
     ),
     wording(
         "NaN check",
-        r"(?i)\b(?:loss|gradient|grad)s? (?:is|are|became|contains?) (?:nan|inf)",
-        "training loops (torchvision references, timm, DETR: 'Loss is nan, stopping training')",
+        r"(?i)\b(?:loss|gradient|grad)s? (?:is|are|was|were|became|contains?) (?:nan|inf)",
+        "training loops (torchvision references, timm, DETR: 'Loss is nan, stopping training'; "
+        "neuralhydrology: 'Loss was NaN for 1 times in a row')",
         "any",
         "Loss is nan, stopping training",
     ),
@@ -65,6 +66,14 @@ ANOMALY = signatures(
         "Trainer to stop.",
     ),
     wording(
+        "TensorBoard got NaN",
+        r"NaN or Inf found in input tensor",
+        "tensorboardX's check on every value it logs (tensorboardX/x2num.py), Ray Tune's "
+        "TBXLoggerCallback and RLlib among its callers",
+        "tensorboardX 1.x-2.x",
+        "WARNING:root:NaN or Inf found in input tensor.",
+    ),
+    wording(
         "loss scale collapsed",
         r"overflow detected, setting loss scale to: 0\.|[Mm]inimum loss scale reached|"
         r"loss scale already at minimum",
@@ -74,8 +83,10 @@ ANOMALY = signatures(
     ),
     wording(
         "loss logged as NaN",
-        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:]?\s*nan\b",
-        "training loggers (Marian, fairseq, Hugging Face Trainer)",
+        # Infinity too, but not a best-so-far value, which starts at inf before any epoch.
+        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:]?\s*nan\b|"
+        r"(?i:(?<!best )(?<!min )(?<!lowest )(?<!minimum )\bloss\b\s*[=:]\s*inf\b)",
+        "training loggers (Marian, fairseq, Hugging Face Trainer, RSL-RL 'Value function loss')",
         "any",
         "Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s",
     ),

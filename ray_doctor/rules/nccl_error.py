@@ -93,6 +93,15 @@ NCCL = signatures(
         "NCCL 2.x",
         "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-UmqSM9 (size 7340384)",
     ),
+    # NCCLCHECK logs "file:line -> result" at each level a failed call returns through (only
+    # with NCCL_DEBUG=INFO, and only for a result other than ncclSuccess).
+    wording(
+        "NCCL call failed (debug trace)",
+        r"NCCL INFO [\w/.-]+\.(?:cc|cu|h|cpp):\d+ -> [1-7]\b",
+        "NCCL's NCCLCHECK macro (src/include/checks.h)",
+        "NCCL 2.x",
+        "node1:16674:17023 [0] NCCL INFO graph/search.cc:733 -> 2",
+    ),
     wording(
         "NCCL transport warning",
         r"NCCL WARN [^\n]*(?:[Cc]onnect|socket|recv|send|NET/|completion|Duplicate GPU|"

@@ -239,7 +239,9 @@ SLURM = "Slurm slurmstepd / srun (task/cgroup plugin)"
 OS_KILL_CONFIRMED = signatures(
     wording(
         "kernel OOM killer",
-        r"Out of memory: Kill(?:ed)? process (\d+)",
+        # The victim's line (mm/oom_kill.c) also stands alone when the "Out of memory" line
+        # before it was cut, as schedulers that forward dmesg do.
+        r"Out of memory: Kill(?:ed)? process (\d+)|total-vm:\d+kB, anon-rss:\d+kB, file-rss",
         KERNEL,
         "Linux 2.6-6.x ('Kill process ... or sacrifice child' before 5.0)",
         "Out of memory: Killed process 3341 (python) total-vm:48123456kB, anon-rss:31234567kB",
@@ -287,9 +289,10 @@ OS_KILL_CONFIRMED = signatures(
     ),
     wording(
         "launcher: SIGKILL",
-        r"(?:exit|return) ?code\s*[:=]?\s*-9\b|died with <Signals\.SIGKILL: 9>",
-        "DeepSpeed launcher (deepspeed/launcher/launch.py), CPython subprocess",
-        "DeepSpeed 0.3-0.16; Python 3.x",
+        r"(?:exit|return) ?code\s*[:=]?\s*-9\b|died with <Signals\.SIGKILL: 9>|"
+        r": terminated by signal 9$",
+        "DeepSpeed launcher (deepspeed/launcher/launch.py), CPython subprocess, GNU xargs",
+        "DeepSpeed 0.3-0.16; Python 3.x; findutils 4.x",
         "[launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py'] exits with "
         "return code = -9",
     ),

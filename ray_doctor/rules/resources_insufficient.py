@@ -21,6 +21,7 @@ from ray_doctor.rules._signature import (
 TUNE_RESOURCES = (
     "Ray Tune insufficient-resources manager (tune/execution/insufficient_resources_manager.py)"
 )
+CLOUD_CAPACITY = "autoscaler: the cloud is out of capacity"
 WAITING = signatures(
     wording(
         "Tune: insufficient resources",
@@ -95,6 +96,18 @@ WAITING = signatures(
         "Ray 1.x-2.60",
         "Error: No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}. "
         "Add suitable node types to this cluster to resolve this issue.",
+    ),
+    # The node type exists but the cloud has none to give: the autoscaler logs the provider's
+    # error code for each launch it tries (AWS EC2, GCE), and the request waits.
+    wording(
+        CLOUD_CAPACITY,
+        r"\bInsufficientInstanceCapacity\b|\bZONE_RESOURCE_POOL_EXHAUSTED\b",
+        "Ray autoscaler launching nodes (python/ray/autoscaler: the AWS and GCP node "
+        "providers; the cloud's own error code)",
+        "Ray 1.x-2.60",
+        "[autoscaler] Launching instances failed: ... api error InsufficientInstanceCapacity: We "
+        "currently do not have sufficient g3.8xlarge capacity in the Availability Zone you "
+        "requested (us-west-2c).",
     ),
     wording(
         "cannot be scheduled",
@@ -194,7 +207,9 @@ class ResourcesInsufficient(SignatureRule):
         "No trial is running and no new trial has been started within the last 60 seconds",
         Train says "Training has not started in the last 60 seconds … not having enough
         resources" or its worker group start times out, the autoscaler says "No available node
-        types can fulfill resource request".
+        types can fulfill resource request" or cannot launch a node because the cloud has
+        none of that type to give (`InsufficientInstanceCapacity`,
+        `ZONE_RESOURCE_POOL_EXHAUSTED`).
     Likely cause:
         A request that fits no node: more CPUs or GPUs per trial than any node has, `use_gpu`
         on a cluster without GPUs, a `ScalingConfig` asking for more workers than fit, a
@@ -259,6 +274,13 @@ class ResourcesInsufficient(SignatureRule):
         if pending:
             message += f". {len(pending)} trial(s) are still PENDING on storage"
         message += "."
+        if hit.signature.label == CLOUD_CAPACITY:
+            return message, (
+                "The cloud had no instance of that type to give: let the autoscaler try other "
+                "zones (list several subnets / zones for the node type), add a second node type "
+                "that can serve the request, or retry later; on AWS a capacity reservation "
+                "avoids it for GPU types."
+            )
         fix = (
             "Request what a node can give: lower `tune.with_resources(...)` / "
             "`ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)`, add nodes "

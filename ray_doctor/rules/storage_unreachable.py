@@ -46,9 +46,22 @@ UNREACHABLE = signatures(
         "Syncing experiment checkpoint to cloud failed: timed out",
     ),
     wording(
+        "checkpoint not synced to the driver",
+        r"not found after successful sync down",
+        "Ray Tune 0.8-1.x moving a trial's checkpoint between nodes with rsync (tune/trial.py)",
+        "Ray 0.8-1.x",
+        "ray.tune.error.TuneError: Trial train_01b19_00013: Checkpoint path /home/ray/ray_results/"
+        "exp/train_01b19_00013/checkpoint_000096/ not found after successful sync down. Are you "
+        "running on a Kubernetes or managed cluster?",
+    ),
+    wording(
         "object store denied",
         r"AWS Error (?:ACCESS_DENIED|NETWORK_CONNECTION|NO_SUCH_BUCKET|UNKNOWN|"
         r"INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH)\b|Forbidden: 403|"
+        # The same errors as older pyarrow printed them, by the AWS SDK's number:
+        # ACCESS_DENIED 15, SIGNATURE_DOES_NOT_MATCH 22, INVALID_ACCESS_KEY_ID 23,
+        # NETWORK_CONNECTION 99, UNKNOWN 100 (NO_SUCH_KEY and the like are a path, not access).
+        r"AWS Error \[code (?:15|22|23|99|100)\]|"
         r"google\.api_core\.exceptions\.Forbidden",
         ARROW_S3 + "; google-cloud-storage",
         "pyarrow 2-26",
@@ -109,9 +122,13 @@ RAY_STORAGE_CALLS = {
 STORAGE_FRAMES = Signature(
     "Ray storage call failed", re.compile(r".*"), "Ray Train/Tune storage", "Ray 2.7-2.60"
 )
-# pyarrow's fsspec bridge rejecting what a filesystem library returned (pyarrow/fs.py): a
-# library version problem, not an unreachable storage.
-FS_LIBRARY_BUG = signatures(("fsspec path outside base dir", r"which is outside base dir"))
+# Bugs of the libraries between the run and its storage, not an unreachable storage: pyarrow's
+# fsspec bridge rejecting what a filesystem library returned (pyarrow/fs.py), and Ray 1.x
+# Tune's sync client used after it was closed (tune/sync_client.py, ray #13256, #17506).
+FS_LIBRARY_BUG = signatures(
+    ("fsspec path outside base dir", r"which is outside base dir"),
+    ("Tune sync client closed", r"\[internalerror\] The client has been closed"),
+)
 
 
 class StorageUnreachable(SignatureRule):

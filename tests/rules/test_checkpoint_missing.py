@@ -75,3 +75,88 @@ def test_lightning_resume_from_a_path_that_is_not_there(line):
     code, report = inspect_json("-", stdin=line + "\n")
     assert code == 1
     assert report["findings"][0]["rule"] == "checkpoint-missing"
+
+
+def _trial_error_replaced(fixtures, tmp_path, last_lines: str):
+    """tune_trial_error with its errored trial's error.txt ending in `last_lines` instead."""
+    run = tmp_path / "tune_trial_error"
+    shutil.copytree(experiment_dir(fixtures, "tune_trial_error"), run)
+    (error,) = run.glob("*/error.txt")
+    head = error.read_text().rsplit('  File "/home/ray/fixture_jobs/generate.py", line 255', 1)[0]
+    error.write_text(head + last_lines)
+    return run
+
+
+def test_a_trial_whose_code_loads_a_weights_file_that_is_not_there(fixtures, tmp_path):
+    run = _trial_error_replaced(
+        fixtures,
+        tmp_path,
+        '  File "/home/ray/fixture_jobs/generate.py", line 255, in before_report\n'
+        '    model.load_state_dict(torch.load("ckpt/best_model.pth"))\n'
+        "FileNotFoundError: [Errno 2] No such file or directory: 'ckpt/best_model.pth'\n",
+    )
+    code, report = inspect_json(str(run))
+    assert code == 1
+    (finding,) = findings_of(report, "checkpoint-missing")
+    assert finding["trial_id"] == "b0523_00002"
+    assert "ckpt/best_model.pth" in finding["message"]
+    # The fix is about where the path resolves, not about Tune's own checkpoint records.
+    assert "relative path" in finding["fix"] and "trial dir" in finding["fix"]
+    assert report["findings"][0]["rule"] == "checkpoint-missing"
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [
+        "processed/data.pt",  # PyG's processed dataset: a .pt is as often data as a model
+        "train.bin",
+        "labels.csv",
+    ],
+)
+def test_near_miss_a_data_file_that_is_not_there(fixtures, tmp_path, missing):
+    run = _trial_error_replaced(
+        fixtures,
+        tmp_path,
+        f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'\n",
+    )
+    _, report = inspect_json(str(run))
+    assert not findings_of(report, "checkpoint-missing")
+    assert findings_of(report, "trial-error")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # fvcore / detectron2 Checkpointer
+        "AssertionError: Checkpoint checkpoints/model_reset_combine.pth not found!",
+        # mmcv load_checkpoint: raised only when the path is no file
+        "OSError: ../checkpoints/SOLO_R50_3x.pth is not a checkpoint file",
+    ],
+)
+def test_checkpoint_loaders_saying_the_file_is_not_there(line):
+    _, report = inspect_json("-", stdin=f"Traceback (most recent call last):\n{line}\n")
+    (finding,) = findings_of(report, "checkpoint-missing")
+    assert line.split(": ", 1)[1] in finding["message"]
+
+
+def test_near_miss_a_file_that_is_not_a_full_checkpoint():
+    # ComfyUI's warning for a file it cannot place: the file is there.
+    text = "Warning, This is not a checkpoint file, trying to load it as a diffusion model only.\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-missing")
+
+
+def test_tunes_searcher_state_missing_on_resume_is_read_from_its_log_line():
+    # Tune logs the searcher's error on a line of its own before the traceback it raises
+    # (ray #14667); the traceback's message was cut off.
+    text = (
+        "2021-03-13 22:04:29,208 ERROR trial_runner.py:279 -- Searcher unable to find "
+        "checkpoint in /home/user/ray_results/bohb_test\n"
+        "2021-03-13 22:04:35,390 ERROR trial_runner.py:280 -- Runner restore failed.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/site-packages/ray/tune/suggest/suggestion.py", line 297, in restore_from_dir\n'
+        "    raise RuntimeError(\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "checkpoint-missing")
+    assert "Searcher unable to find checkpoint" in finding["message"]

@@ -124,3 +124,80 @@ def test_near_miss_gcs_killed_mid_run():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "cluster-unreachable")
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            "[2021-04-18 06:54:54,934 C 756 756] service_based_gcs_client.cc:229: Couldn't "
+            "reconnect to GCS server. The last attempted GCS server address was 10.42.0.44:43507\n",
+            "10.42.0.44:43507",
+        ),
+        (
+            "F1119 08:22:23.602082 1513663 1513663 redis_context.cc:298] Could not establish "
+            "connection to redis 10.0.0.5:12662 (context.err = 1)\n",
+            "10.0.0.5:12662",
+        ),
+        (
+            "2022-02-05 16:39:15,662 ERROR gcs_utils.py:137 -- Failed to send request to gcs, "
+            "reconnecting. Error <_InactiveRpcError of RPC that terminated with:\n",
+            "GCS request retried",
+        ),
+        (
+            "Traceback (most recent call last):\n"
+            '  File "/site-packages/ray/_private/node.py", line 730, in _init_gcs_client\n'
+            "    raise RuntimeError(\n"
+            "RuntimeError: Failed to connect to GCS.\n",
+            "GCS connect failed",
+        ),
+    ],
+    ids=["gcs-reconnect-1x", "redis-context", "gcs-request-1.9", "node-py-bare"],
+)
+def test_ray_1x_and_2x_wordings(text, said):
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert said in finding["message"]
+
+
+def _redis_refused_under(frame: str) -> str:
+    """redis-py's refused connect, called from `frame` (a file and its line of code)."""
+    return (
+        "Traceback (most recent call last):\n"
+        f"{frame}"
+        '  File "/site-packages/redis/connection.py", line 559, in connect\n'
+        "    sock = self._connect()\n"
+        '  File "/site-packages/redis/connection.py", line 603, in _connect\n'
+        "    sock.connect(socket_address)\n"
+        "ConnectionRefusedError: [Errno 111] Connection refused\n"
+    )
+
+
+def test_redis_refused_under_rays_own_start_up_is_the_cluster():
+    # Ray < 2 reached the head's Redis with redis-py (ray #15780).
+    text = _redis_refused_under(
+        '  File "/site-packages/ray/node.py", line 502, in get_gcs_client\n'
+        "    self._gcs_client = GcsClient(address=self.gcs_address)\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert "ConnectionRefusedError" in finding["message"]
+
+
+def test_near_miss_a_users_own_redis():
+    text = _redis_refused_under(
+        '  File "/home/me/train.py", line 12, in train_fn\n    cache.get(key)\n'
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "cluster-unreachable")
+
+
+def test_near_miss_the_gcs_request_retried_at_debug_level():
+    # From Ray 1.11 every start-up may log it while the local GCS comes up (ray #43070).
+    text = (
+        "2024-02-09 10:27:03,695\tDEBUG gcs_utils.py:206 -- Failed to send request to gcs, "
+        "reconnecting. Error <_InactiveRpcError of RPC that terminated with:\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "cluster-unreachable")

@@ -1,5 +1,6 @@
 """metric-nonfinite: NaN / Infinity in a real result.json, with the first bad iteration."""
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -39,4 +40,26 @@ def test_near_miss_nan_in_a_config_string_or_message(fixtures):
 
 def test_near_miss_healthy(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
+    assert not findings_of(report, "metric-nonfinite")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "               Value function loss: inf\n",  # RSL-RL's iteration table
+        "WARNING:root:NaN or Inf found in input tensor.\n",  # tensorboardX, Tune's TBX logger
+        "RuntimeError: Loss was NaN for 1 times in a row. Stopped training.\n",
+    ],
+)
+def test_logged_and_raised_wordings(text):
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "metric-nonfinite")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Epoch 0: best loss: inf\n", "Previous best loss: inf, saving\n", "min loss = inf\n"],
+)
+def test_near_miss_a_best_so_far_value_that_starts_at_inf(text):
+    _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "metric-nonfinite")

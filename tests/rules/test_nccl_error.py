@@ -55,3 +55,27 @@ def test_an_nccl_error_after_a_cuda_kernel_fault_is_its_consequence():
     # The same NCCL error alone is still NCCL's.
     _, report = inspect_json("-", stdin=text.split("Traceback")[0].split("\n")[-1] + UNHANDLED)
     assert findings_of(report, "nccl-error")
+
+
+def test_ncclchecks_error_return_trace_with_debug_on():
+    # NCCL_DEBUG=INFO: each level a failed call returns through logs "file:line -> result"
+    # (azhpc-images #327: a topology file for another machine).
+    text = (
+        "host:16674:17023 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /opt/graph.xml\n"
+        "host:16674:17023 [0] graph/search.cc:703 NCCL WARN XML Import Channel : dev 1 not found.\n"
+        "host:16674:17023 [0] NCCL INFO graph/search.cc:733 -> 2\n"
+        "host:16674:17023 [0] NCCL INFO graph/search.cc:740 -> 2\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "nccl-error")
+
+
+def test_near_miss_nccl_info_lines_of_a_healthy_init():
+    text = (
+        "host:16674:17023 [0] NCCL INFO Channel 00/02 :    0   1\n"
+        "host:16674:17023 [0] NCCL INFO Connected all rings\n"
+        "host:16674:17023 [0] NCCL INFO comm 0x5640 rank 0 nranks 2 - Init COMPLETE\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "nccl-error")

@@ -83,3 +83,14 @@ def test_shell_job_reports_of_a_sigkill_even_behind_a_padded_progress_bar():
     for near_miss in ("[1]  + 55263 done       python train.py", "Killed 3 stale sessions"):
         _, report = inspect_json("-", stdin=near_miss + "\n")
         assert not findings_of(report, "oom-killed-by-os"), near_miss
+
+
+def test_the_kernels_victim_line_and_xargs_report_without_the_out_of_memory_line():
+    # A platform that forwards only part of dmesg (EasyRec #60 on PAI).
+    text = (
+        "xargs: /worker/venv/bin/python: terminated by signal 9\n"
+        "total-vm:30193768kB, anon-rss:19770320kB, file-rss:0kB, shmem-rss:0kB\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert report["findings"][0]["rule"] == "oom-killed-by-os"

@@ -85,3 +85,17 @@ def test_another_resource_warning_beside_a_fitting_request_still_fires():
     )
     _, report = inspect_json("-", stdin=text)
     assert findings_of(report, "resources-insufficient")
+
+
+def test_the_cloud_out_of_capacity_gets_its_own_fix():
+    # The node type exists; the cloud had none to give (ray #57207).
+    text = (
+        "[autoscaler] Launching instances failed: NewInstances[g3.8xlarge;num:1]: could not "
+        "launch any instances: api error InsufficientInstanceCapacity: We currently do not have "
+        "sufficient g3.8xlarge capacity in the Availability Zone you requested (us-west-2c).\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "out of capacity" in finding["message"]
+    assert "zones" in finding["fix"]

@@ -70,3 +70,35 @@ def test_cloud_credentials_that_cannot_be_had():
     )
     _, report = inspect_json("-", stdin=warning)
     assert not findings_of(report, "storage-unreachable")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # pyarrow before its named S3 errors: the AWS SDK's number (100 is UNKNOWN)
+        "OSError: When reading information for key 'data.parquet' in bucket 'b': AWS Error "
+        "[code 100]: No response body.",
+        # Ray 0.8-1.x moving a checkpoint between nodes with rsync (ray #9558)
+        "ray.tune.error.TuneError: Trial T_00001: Checkpoint path /root/ray_results/e/T_00001/"
+        "checkpoint_1/ not found after successful sync down.",
+    ],
+)
+def test_older_wordings(line):
+    _, report = inspect_json("-", stdin=f"Traceback (most recent call last):\n{line}\n")
+    assert findings_of(report, "storage-unreachable")
+
+
+def test_near_miss_tunes_sync_client_used_after_close():
+    # A Tune 1.x bug (ray #13256, #17506), logged as a failed sync.
+    text = (
+        "2021-01-07 06:03:17,786\tERROR syncer.py:190 -- Sync execution failed.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.8/site-packages/ray/tune/sync_client.py", line 201, in '
+        "_get_logfile\n"
+        "    raise RuntimeError(\n"
+        "RuntimeError: [internalerror] The client has been closed. Please report this "
+        "stacktrace + your cluster configuration on Github!\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "storage-unreachable")
+    assert findings_of(report, "trial-error")
