@@ -87,13 +87,44 @@ def analyse_file(storage: Storage, path: str, size: int, values: bool = True) ->
         result.format = "pickle"
         _torchfile.analyse_pickle(storage, result)
     elif model_file:
-        result.problem(
-            "checkpoint-corrupt",
-            "not a zip, safetensors or pickle file (random bytes, or a different format)",
-        )
+        result.problem("checkpoint-corrupt", _not_weights(storage, path, size))
     if values and not result.problems:
         _check_values(storage, result, counted)
     return result
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def _not_weights(storage: Storage, path: str, size: int) -> str:
+    """What a model file that is no checkpoint format is: the two that a download or a clone
+    leaves in place of the weights are told by their first bytes."""
+    try:
+        head = storage.read_range(path, 0, min(size, 512))
+    except StorageError:
+        head = b""
+    if head.startswith(LFS_POINTER):
+        declared = next(
+            (
+                line[5:].decode("ascii", "replace")
+                for line in head.splitlines()
+                if line[:5] == b"size "
+            ),
+            None,
+        )
+        weights = f" ({declared} bytes)" if declared else ""
+        return (
+            f"a git-lfs pointer file, not the weights{weights}: they were never fetched "
+            "(`git lfs pull` in the repository it came from)"
+        )
+    if head.lstrip()[:1] == b"<" and any(
+        tag in head.lower() for tag in (b"<html", b"<!doctype html", b"<?xml", b"<head")
+    ):
+        return (
+            "an HTML or XML page, not the weights: a download saved the server's page (a login, "
+            "error or redirect page) in place of the file"
+        )
+    return "not a zip, safetensors or pickle file (random bytes, or a different format)"
 
 
 def _is_pickle_name(path: str) -> bool:

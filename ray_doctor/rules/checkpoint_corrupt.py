@@ -65,6 +65,12 @@ CORRUPT = signatures(
 )
 
 
+# What the first bytes say when the file is not a checkpoint at all: safetensors reads a
+# header length above its 100 MB cap, pickle meets 'v' (a git-lfs pointer: "version
+# https://git-lfs...") or '<' (an HTML page a download saved in place of the weights).
+NOT_A_CHECKPOINT = re.compile(r"HeaderTooLarge|invalid load key, '[v<]'")
+
+
 class CheckpointCorrupt(SignatureRule):
     """A trial failed while restoring from a damaged checkpoint file.
 
@@ -76,7 +82,10 @@ class CheckpointCorrupt(SignatureRule):
     Likely cause:
         The checkpoint was cut short or damaged while it was written: the node died, the disk
         filled up, or a sync copied a file that was still being written. Tune keeps restoring
-        the newest checkpoint, so retries cannot get past it.
+        the newest checkpoint, so retries cannot get past it. When the first bytes are of
+        another format (safetensors' HeaderTooLarge, pickle's "invalid load key, 'v'" or
+        "'<'"), the file is most often no checkpoint at all: a git-lfs pointer or an HTML page
+        saved in place of the weights, or another file passed as the path.
     Evidence it uses:
         In `inspect`: the error text of the trial's last failure (error.txt, driver or worker
         logs) and the checkpoint dir it names, if any; a `weights_only` refusal ("Weights only
@@ -85,7 +94,8 @@ class CheckpointCorrupt(SignatureRule):
         in any zip member (every byte is read, which torch.load does not do), a pickle that
         does not parse, tensor storages missing from the archive or of the wrong size,
         safetensors headers whose offsets do not tile the data, DCP `.metadata` entries
-        pointing at missing shards or past their end.
+        pointing at missing shards or past their end, and a git-lfs pointer or HTML page where
+        the weights should be.
     Fix:
         Check the checkpoint with `ray-doctor verify-checkpoint`, then move the damaged
         checkpoint dir aside so the restore uses the previous one, and resume. Write
@@ -122,6 +132,8 @@ class CheckpointCorrupt(SignatureRule):
         candidate = named
         if candidate is None and trial is not None and trial.last_checkpoint is not None:
             candidate = trial.last_checkpoint.name
+        if NOT_A_CHECKPOINT.search(hit.evidence.excerpt):
+            return self._not_a_checkpoint(experiment, hit)
         message = (
             f"{subject_name(experiment, trial)} failed to restore from a damaged checkpoint "
             f"({hit.signature.label}: {hit.evidence.excerpt})"
@@ -139,5 +151,22 @@ class CheckpointCorrupt(SignatureRule):
             f"aside so the previous one is used, then {resume_hint(experiment)}. Write checkpoints "
             "to a temporary dir and report them only when complete, and keep at least two "
             "(`CheckpointConfig(num_to_keep=2)`)."
+        )
+        return message, fix
+
+    @staticmethod
+    def _not_a_checkpoint(experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        message = (
+            f"{subject_name(experiment, hit.trial)} could not load a checkpoint: the file's first "
+            f"bytes are not that format's ({hit.evidence.excerpt}). It is most often not a "
+            "checkpoint at all: a git-lfs pointer or an HTML page saved in place of the "
+            "weights, or another file passed as the checkpoint path."
+        )
+        fix = (
+            "Look at the file's first bytes (`head -c 200 FILE`): `version https://git-lfs` "
+            "means `git lfs pull` was not run, `<html` a download that failed; download it "
+            "again, and check the path names the checkpoint (a `.bin` pickle needs "
+            "`torch.load`, not `safetensors`). `ray-doctor verify-checkpoint FILE` says what "
+            "the file is."
         )
         return message, fix

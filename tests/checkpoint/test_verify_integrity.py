@@ -69,6 +69,31 @@ def test_random_bytes_with_a_model_name(tmp_path):
     assert code == 1 and rules_of(report) == ["checkpoint-corrupt"]
 
 
+# What a clone without git-lfs leaves in place of the weights (the pointer spec's three lines)
+# and what a download that hit a login or error page saves.
+LFS_POINTER = (
+    "version https://git-lfs.github.com/spec/v1\n"
+    "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+    "size 102503217\n"
+)
+HTML_PAGE = "<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body></body></html>\n"
+
+
+@pytest.mark.parametrize(
+    "name, content, said",
+    [
+        ("model.safetensors", LFS_POINTER, "git-lfs pointer file, not the weights (102503217"),
+        ("pytorch_model.bin", HTML_PAGE, "HTML or XML page, not the weights"),
+    ],
+)
+def test_a_file_left_in_place_of_the_weights_is_named(tmp_path, name, content, said):
+    path = tmp_path / name
+    path.write_text(content)
+    code, report = verify_json(str(path))
+    assert code == 1 and rules_of(report) == ["checkpoint-corrupt"]
+    assert said in report["findings"][0]["message"]
+
+
 def test_storage_of_the_wrong_size(healthy_pt, tmp_path):
     # Rewrite the archive with one storage member cut short (valid CRC, wrong size).
     out = tmp_path / "short.pt"

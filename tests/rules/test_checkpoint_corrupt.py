@@ -1,5 +1,6 @@
 """checkpoint-corrupt: a restore from a truncated torch checkpoint (real Ray 2.60 run)."""
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 
@@ -27,3 +28,19 @@ def test_near_miss_weights_only_refusal_is_not_corruption():
 def test_near_miss_first_failure_was_not_a_restore(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_retries_exhausted")))
     assert not findings_of(report, "checkpoint-corrupt")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "safetensors_rust.SafetensorError: Error while deserializing header: HeaderTooLarge",
+        "_pickle.UnpicklingError: invalid load key, 'v'.",
+        "_pickle.UnpicklingError: invalid load key, '<'.",
+    ],
+)
+def test_first_bytes_of_another_format_say_it_may_be_no_checkpoint_at_all(line):
+    # A git-lfs pointer, an HTML page or another file passed as the path read like this.
+    _, report = inspect_json("-", stdin=f"Traceback (most recent call last):\n{line}\n")
+    (finding,) = findings_of(report, "checkpoint-corrupt")
+    assert "git-lfs pointer" in finding["message"]
+    assert "head -c" in finding["fix"]
