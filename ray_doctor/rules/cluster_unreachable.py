@@ -16,6 +16,7 @@ from ray_doctor.rules._signature import (
     wording,
 )
 
+JOB_SERVER = "job server unreachable"
 GCS_CLIENT = "Ray's GCS client (src/ray/rpc/gcs/gcs_rpc_client.h, rpc_client.h)"
 UNREACHABLE = signatures(
     wording(
@@ -78,6 +79,14 @@ UNREACHABLE = signatures(
         "Ray 0.8-1.x",
         "RuntimeError: Unable to connect to Redis at 10.0.199.179:6379 after 16 retries. Check "
         "that 10.0.199.179:6379 is reachable from this machine.",
+    ),
+    wording(
+        JOB_SERVER,
+        r"Failed to connect to Ray at address: (\S+?)\.?$",
+        "Ray's job submission SDK reaching the head's dashboard (python/ray/dashboard/modules/"
+        "dashboard_sdk.py): `ray job submit`, JobSubmissionClient, KubeRay's RayJob submitter",
+        "Ray 1.9-2.60",
+        "ConnectionError: Failed to connect to Ray at address: http://raycluster-head-svc:8265.",
     ),
     wording(
         "GCS reconnect gave up",
@@ -295,6 +304,18 @@ class ClusterUnreachable(SignatureRule):
                 "Run the driver on a node of the cluster (`ray job submit`), or connect from "
                 'outside with Ray Client: `ray.init("ray://HEAD:10001")`; on a machine with '
                 "several addresses, give `ray start` the right `--node-ip-address`."
+            )
+        elif label == JOB_SERVER:
+            message = (
+                f"{who} could not reach the cluster's job server (the head's dashboard) at "
+                f"{hit.match.group(1)}: nothing answered there."
+            )
+            fix = (
+                "Check the head is up and its dashboard started (`ray status` on the head; the "
+                "dashboard listens on 8265 unless `--dashboard-port` said otherwise, and only on "
+                "localhost unless `--dashboard-host=0.0.0.0`); from this machine, `curl "
+                "HEAD:8265/api/version`. A submitter that starts before the head is ready (a "
+                "KubeRay RayJob) fails this way once and succeeds on its retry."
             )
         else:
             address = hit.match.group(1) if hit.match.re.groups else None

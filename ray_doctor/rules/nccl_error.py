@@ -18,6 +18,14 @@ from ray_doctor.rules._signature import (
 
 NCCL_RESULT = "NCCL result code (ncclGetErrorString) through torch c10d NCCLUtils"
 NCCL = signatures(
+    # First: it comes with ncclInvalidUsage, whose usual meaning (ranks out of step) is not it.
+    wording(
+        "duplicate GPU",
+        r"Duplicate GPU detected : rank \d+ and rank \d+ both on CUDA device",
+        "NCCL init (src/init.cc), shown by torch as NCCL's last error",
+        "NCCL 2.x",
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 3b000",
+    ),
     wording(
         "unhandled CUDA error",
         r"ncclUnhandledCudaError|unhandled cuda error",
@@ -136,6 +144,9 @@ ADVICE = {
     "internal error": "NCCL hit an internal problem, often mismatched NCCL versions across nodes",
     "invalid usage": "the ranks called NCCL inconsistently (different tensor sizes or order)",
     "remote error": "another rank failed or disconnected; its own error is the cause",
+    "duplicate GPU": "two ranks were given the same GPU: a fractional GPU per worker (Ray "
+    "packs such workers onto one device), or every rank left on `cuda:0` instead of its "
+    "local rank's device",
 }
 
 

@@ -149,6 +149,18 @@ CUDA = signatures(
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
         "total capacity of 79.15 GiB of which 3.94 MiB is free.",
     ),
+    # Ray names a task's exception by its class alone: RayTaskError(OutOfMemoryError) is the
+    # task's own torch OutOfMemoryError (Ray's memory-monitor kill is not a task's exception;
+    # nested in a task that waited on the killed one, its own words come with it and that
+    # rule leads).
+    wording(
+        "torch OutOfMemoryError in a Ray task",
+        r"RayTaskError\(OutOfMemoryError\)",
+        "Ray wrapping a task's exception (python/ray/exceptions.py RayTaskError) around torch's",
+        "Ray 1.x-2.60 with torch 1.13-2.13",
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::DTensorPolicyWorkerV2.get_logprobs() "
+        "(pid=2671339, ip=10.65.16.209)",
+    ),
     wording(
         "CUDA out of memory",
         r"CUDA out of memory",
@@ -315,8 +327,9 @@ OS_KILL_CONFIRMED = signatures(
     # width ends up in front of them when a pasted text is unwrapped.
     wording(
         "shell: Killed",
-        r"^\s*Killed\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S",
-        "bash / sh job report of a child ended by SIGKILL (strsignal's text)",
+        r"^\s*(?:Killed|已杀死)\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S",
+        "bash / sh job report of a child ended by SIGKILL (strsignal's text; glibc's zh_CN "
+        "translation '已杀死' on Chinese locales)",
         "any",
         "Killed",
     ),
@@ -582,8 +595,14 @@ class OomKilledByOs(SignatureRule):
         # nothing shows memory running out, it was the crash.
         texts = texts_of(experiment, failure)
         joined = "\n".join(texts)
-        confirmed = any(any_line(sig.pattern, texts, joined) for sig in OS_KILL_CONFIRMED)
-        return not confirmed and any_line(OTHER_DEATH, texts, joined)
+        confirmed = [sig for sig in OS_KILL_CONFIRMED if any_line(sig.pattern, texts, joined)]
+        if not confirmed:
+            return any_line(OTHER_DEATH, texts, joined)
+        # A SIGKILL after the user interrupted the run (an IDE's stop button: "Process finished
+        # with exit code 137" after a KeyboardInterrupt) is the user's, unless a kernel,
+        # container or scheduler says memory ran out.
+        witnessed = any(sig.label in MEMORY_WITNESS for sig in confirmed)
+        return not witnessed and "KeyboardInterrupt" in joined
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)

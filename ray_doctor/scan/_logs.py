@@ -92,6 +92,7 @@ CAUSE_ANCHORS = (
     "ephemeral",
     # kills, exits, crashes
     "kill",
+    "已杀死",  # bash's "Killed" on a zh_CN locale
     "sigkill",
     "signals.sig",
     "signal ",
@@ -153,6 +154,7 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
+    "pending placement group",
     "resource_pool_exhausted",
     "is infeasible",
     "enough free resources",
@@ -185,6 +187,7 @@ CAUSE_ANCHORS = (
     "running ray instance",
     "to redis at",
     "connection to redis",
+    "connect to ray at",
     "raylet addresses",
     "node_ip_address.json",
     "connected to ray cluster",

@@ -201,3 +201,17 @@ def test_near_miss_the_gcs_request_retried_at_debug_level():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "cluster-unreachable")
+
+
+def test_the_job_server_unreachable_gets_no_gcs_port_hint():
+    # `ray job submit` / a KubeRay RayJob submitter: 8265 is the right port here (kuberay #1381).
+    text = (
+        "ConnectionError: Failed to connect to Ray at address: "
+        "http://rayjob-sample-raycluster-head-svc.default.svc.cluster.local:8265.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert "job server" in finding["message"]
+    assert "6379" not in finding["message"]
+    assert "8265" in finding["fix"]

@@ -79,3 +79,19 @@ def test_near_miss_nccl_info_lines_of_a_healthy_init():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "nccl-error")
+
+
+def test_duplicate_gpu_is_told_apart_from_other_invalid_usage():
+    # torch shows NCCL's last error under ncclInvalidUsage; two ranks on one GPU is the cause
+    # (fractional GPUs per Ray Train worker, ray #48012).
+    text = (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, invalid "
+        "usage, NCCL version 2.14.3\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "Last error:\n"
+        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 3b000\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "nccl-error")
+    assert "same GPU" in finding["message"]
+    assert "inconsistently" not in finding["message"]

@@ -34,3 +34,27 @@ def test_details_are_read():
 def test_near_miss_host_memory_error():
     _, report = inspect_json("-", stdin="MemoryError: Unable to allocate 8.00 GiB for an array\n")
     assert not findings_of(report, "oom-cuda")
+
+
+def test_a_ray_tasks_own_torch_out_of_memory_error():
+    # Ray names the task's exception by its class alone (NeMo RL #3793).
+    text = (
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::PolicyWorker.get_logprobs() "
+        "(pid=2671339, ip=10.65.16.209, repr=PolicyWorker[rank=0])\n"
+        '  File "/app/worker.py", line 653, in get_logprobs\n'
+        "    logits = self.model(input_ids).logits\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "oom-cuda"
+
+
+def test_near_miss_a_task_that_waited_on_one_the_memory_monitor_killed():
+    text = (
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::outer() (pid=1, ip=10.0.0.1)\n"
+        '  File "/app/train.py", line 10, in outer\n'
+        "    ray.get(inner.remote())\n"
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on "
+        "memory.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "oom-ray-memory-monitor"

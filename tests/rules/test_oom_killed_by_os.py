@@ -94,3 +94,21 @@ def test_the_kernels_victim_line_and_xargs_report_without_the_out_of_memory_line
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert report["findings"][0]["rule"] == "oom-killed-by-os"
+
+
+def test_bashs_killed_on_a_chinese_locale():
+    _, report = inspect_json("-", stdin="Writing metrics: /logdir/metrics.jsonl\n已杀死\n")
+    assert report["findings"][0]["rule"] == "oom-killed-by-os"
+
+
+def test_near_miss_an_ide_stop_after_the_user_interrupted():
+    # PyCharm's stop button: SIGKILL after a KeyboardInterrupt, no memory witness.
+    text = (
+        "CondaError: KeyboardInterrupt\n\n"
+        "Process finished with exit code 137 (interrupted by signal 9: SIGKILL)\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "oom-killed-by-os")
+    # The same exit with the kernel's word for it stays memory.
+    _, report = inspect_json("-", stdin=text + DMESG)
+    assert findings_of(report, "oom-killed-by-os")

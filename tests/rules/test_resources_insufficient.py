@@ -99,3 +99,35 @@ def test_the_cloud_out_of_capacity_gets_its_own_fix():
     (finding,) = findings_of(report, "resources-insufficient")
     assert "out of capacity" in finding["message"]
     assert "zones" in finding["fix"]
+
+
+def test_ray_status_with_a_placement_group_it_cannot_place():
+    # A bundle must fit on one node: 2 CPUs asked, two nodes of 1 CPU (ray #47792).
+    text = (
+        "Resources\n"
+        "Usage:\n 0.0/2.0 CPU\n 0B/2.33GiB memory\n\n"
+        "Demands:\n {'CPU': 2.0} * 1 (SPREAD): 1+ pending placement groups\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "{'CPU': 2.0}" in finding["message"]
+
+
+def test_near_miss_ray_status_with_tasks_queued_only():
+    # Tasks waiting for busy CPUs are a busy cluster, not one too small.
+    text = "Demands:\n {'CPU': 1.0}: 150+ pending tasks/actors\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "resources-insufficient")
+
+
+def test_a_library_giving_up_on_its_placement_group():
+    # TorchX's Ray scheduler (torchx #520).
+    text = (
+        "TimeoutError: Placement group creation timed out. Make sure your cluster either has "
+        "enough resources or use an autoscaling cluster. Current resources available: "
+        "{'CPU': 8.0, 'GPU': 1.0}, resources requested by the placement group: "
+        "[{'CPU': 2}, {'CPU': 2}, {'CPU': 2}, {'CPU': 2}, {'CPU': 2}]\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "resources-insufficient")
