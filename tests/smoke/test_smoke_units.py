@@ -151,3 +151,33 @@ def test_a_new_stage_is_one_module(tmp_path, monkeypatch):
         assert "hello" not in stages.default_stages()
     finally:
         stages.registry.cache_clear()
+
+
+def test_a_python_whose_path_has_a_space_is_refused_before_ray_starts(tmp_path):
+    # Ray 2.10+ starts each Tune trial's worker with `bash -c "exec <python> ..."`, the
+    # interpreter's path unquoted: from such a Python no trial starts and a run waits forever.
+    import subprocess
+    import sys
+
+    from ray_doctor.smoke import FIRST_UNQUOTED_RAY, _ray_release, unstartable_interpreter
+
+    spaced = tmp_path / "my envs" / "venv"
+    spaced.parent.mkdir()
+    spaced.symlink_to(sys.prefix, target_is_directory=True)  # the same venv, by another path
+    python = str(spaced / "bin" / "python")
+    release = _ray_release()
+    if release is None or release < FIRST_UNQUOTED_RAY:
+        assert unstartable_interpreter(python) is None  # Ray 2.9 escaped the path
+        return
+    assert python in unstartable_interpreter(python)
+    proc = subprocess.run(
+        [python, "-m", "ray_doctor", "smoke", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "path without spaces" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # A path without one is not refused.
+    assert unstartable_interpreter("/opt/venvs/train-3.11/bin/python") is None
