@@ -149,18 +149,6 @@ CUDA = signatures(
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a "
         "total capacity of 79.15 GiB of which 3.94 MiB is free.",
     ),
-    # Ray names a task's exception by its class alone: RayTaskError(OutOfMemoryError) is the
-    # task's own torch OutOfMemoryError (Ray's memory-monitor kill is not a task's exception;
-    # nested in a task that waited on the killed one, its own words come with it and that
-    # rule leads).
-    wording(
-        "torch OutOfMemoryError in a Ray task",
-        r"RayTaskError\(OutOfMemoryError\)",
-        "Ray wrapping a task's exception (python/ray/exceptions.py RayTaskError) around torch's",
-        "Ray 1.x-2.60 with torch 1.13-2.13",
-        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::DTensorPolicyWorkerV2.get_logprobs() "
-        "(pid=2671339, ip=10.65.16.209)",
-    ),
     wording(
         "CUDA out of memory",
         r"CUDA out of memory",

@@ -11,6 +11,7 @@ from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatu
 
 # Ray names no reason (gRPC logged it just before), but the port was fixed (a port of 0 means
 # any free one) and the message itself sends the user to look for its holder.
+WSAEACCES_LABEL = "WSAEACCES (Windows)"
 GRPC_LABEL = "Ray gRPC server could not bind its port"
 IN_USE = signatures(
     wording(
@@ -43,6 +44,16 @@ IN_USE = signatures(
         "any",
         "OSError: [WinError 10048] Only one usage of each socket address (protocol/network "
         "address/port) is normally permitted",
+    ),
+    # WSAEACCES: Windows refuses the bind when a process holds the port exclusively or the
+    # port lies in a range Windows reserved for itself (Hyper-V / WinNAT excluded ranges).
+    wording(
+        WSAEACCES_LABEL,
+        r"WinError 10013\b",
+        "Windows sockets error 10013 (WSAEACCES) through Python's socket.bind",
+        "any",
+        "OSError: [WinError 10013] An attempt was made to access a socket in a way forbidden by "
+        "its access permissions",
     ),
     wording(
         "Ray port already used",
@@ -105,6 +116,9 @@ class PortConflict(SignatureRule):
             "Ray's gRPC server failed to start there, most likely because another process "
             "holds the port"
             if hit.signature.label == GRPC_LABEL
+            else "Windows refused the port: another process holds it, or it lies in a range "
+            "Windows reserved"
+            if hit.signature.label == WSAEACCES_LABEL
             else "the address is already in use"
         )
         message = (
@@ -112,6 +126,13 @@ class PortConflict(SignatureRule):
             f"{'port ' + port if port else 'its port'}: {why} ({hit.evidence.excerpt})."
         )
         where = f":{port}" if port else ":PORT"
+        if hit.signature.label == WSAEACCES_LABEL:
+            return message, (
+                f"See what holds it (`netstat -ano | findstr {where}`) and whether Windows "
+                "reserved it (`netsh interface ipv4 show excludedportrange protocol=tcp`, ranges "
+                "that Hyper-V and WSL take); use a port outside those ranges, or stop what holds "
+                "it."
+            )
         fix = (
             f"Find what holds it on that node (`ss -ltnp | grep {where}` or `lsof -i {where}`) and "
             "stop stale processes (`ray stop` for an old Ray instance). Do not hard-code "

@@ -134,6 +134,7 @@ CAUSE_ANCHORS = (
     "eaddrinuse",
     "errno",
     "10048",
+    "10013",
     "one usage of each socket",
     "port number",
     "specified port",

@@ -36,8 +36,10 @@ def test_near_miss_host_memory_error():
     assert not findings_of(report, "oom-cuda")
 
 
-def test_a_ray_tasks_own_torch_out_of_memory_error():
-    # Ray names the task's exception by its class alone (NeMo RL #3793).
+def test_near_miss_a_ray_task_error_naming_only_the_class():
+    # Ray names a task's exception by its class alone: torch's CUDA OutOfMemoryError (NeMo RL
+    # #3793) and Ray's memory-monitor OutOfMemoryError passed up by a task that waited on the
+    # killed one (verl-omni #402) read the same. Which memory it was is not in the text.
     text = (
         "ray.exceptions.RayTaskError(OutOfMemoryError): ray::PolicyWorker.get_logprobs() "
         "(pid=2671339, ip=10.65.16.209, repr=PolicyWorker[rank=0])\n"
@@ -45,7 +47,8 @@ def test_a_ray_tasks_own_torch_out_of_memory_error():
         "    logits = self.model(input_ids).logits\n"
     )
     _, report = inspect_json("-", stdin=text)
-    assert report["findings"][0]["rule"] == "oom-cuda"
+    assert not findings_of(report, "oom-cuda")
+    assert not findings_of(report, "oom-ray-memory-monitor")
 
 
 def test_near_miss_a_task_that_waited_on_one_the_memory_monitor_killed():

@@ -107,3 +107,18 @@ def test_near_miss_grpc_server_on_any_port():
     text = GRPC_NOT_STARTED.replace("port is 8076", "port is 0")
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "port-conflict")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "OSError: [WinError 10013] An attempt was made to access a socket in a way forbidden by "
+        "its access permissions",
+        # the same error on a Chinese Windows: the code is what carries it
+        "[ERROR ] [Server Listen] [WinError 10013] 以一种访问权限不允许的方式做了一个访问套接字的尝试。",
+    ],
+)
+def test_windows_refusing_a_port_it_reserved_or_another_holds(line):
+    _, report = inspect_json("-", stdin=line + "\n")
+    (finding,) = findings_of(report, "port-conflict")
+    assert "excludedportrange" in finding["fix"]
