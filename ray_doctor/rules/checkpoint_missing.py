@@ -27,7 +27,7 @@ GONE = signatures(
     # fvcore / detectron2's Checkpointer ("Checkpoint {} not found!") and mmcv / mmengine's
     # load_checkpoint, which says "is not a checkpoint file" only when the path is no file.
     (
-        "checkpoint file not found",
+        "checkpoint loader: no file",
         r"Checkpoint \S+ not found!|(?:IOError|OSError): \S.* is not a checkpoint file",
     ),
     # Tune's searchers on resume (tune/search/searcher.py restore_from_dir, Ray 1.x-2.x): no
@@ -107,14 +107,14 @@ class CheckpointMissing(Rule):
             elif self._retried_from_scratch(trial):
                 yield self._nothing_to_resume(experiment, trial)
         # A trial's own error (a training function loading its checkpoint) or the run's.
-        text_findings = 0
+        found_in_failures = False
         for trial, failure, subject in ended_by(experiment):
             hit = search(GONE, failure)
             if hit:
-                text_findings += 1
+                found_in_failures = True
                 yield self._load_failed(experiment, hit, trial, subject)
         # Tune logs some of these as a line of its own before the traceback it raises.
-        if not text_findings and self._stopped(experiment):
+        if not found_in_failures and self._stopped(experiment):
             hits = search_events(GONE, experiment.events)
             if hits:
                 yield self._load_failed(experiment, hits[0], None, stop_subject(experiment))
