@@ -83,12 +83,18 @@ ANOMALY = signatures(
     ),
     wording(
         "loss logged as NaN",
-        # Infinity too, but not a best-so-far value, which starts at inf before any epoch.
-        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:]?\s*nan\b|"
-        r"(?i:(?<!best )(?<!min )(?<!lowest )(?<!minimum )\bloss\b\s*[=:]\s*inf\b)",
-        "training loggers (Marian, fairseq, Hugging Face Trainer, RSL-RL 'Value function loss')",
+        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:]?\s*nan\b",
+        "training loggers (Marian, fairseq, Hugging Face Trainer)",
         "any",
         "Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s",
+    ),
+    # Infinity too, but not a best-so-far value, which starts at inf before any epoch.
+    wording(
+        "loss logged as inf",
+        r"(?i)(?<!best )(?<!min )(?<!lowest )(?<!minimum )\bloss\b\s*[=:]\s*inf\b",
+        "training loggers (RSL-RL's iteration table: 'Value function loss: inf')",
+        "any",
+        "               Value function loss: inf",
     ),
 )
 LR_KEYS = ("lr", "learning_rate", "learning-rate")

@@ -22,7 +22,6 @@ TUNE_RESOURCES = (
     "Ray Tune insufficient-resources manager (tune/execution/insufficient_resources_manager.py)"
 )
 CLOUD_CAPACITY = "autoscaler: the cloud is out of capacity"
-PG_PENDING = "ray status: placement group pending"
 WAITING = signatures(
     wording(
         "Tune: insufficient resources",
@@ -110,15 +109,6 @@ WAITING = signatures(
         "enough resources or use an autoscaling cluster. Current resources available: "
         "{'CPU': 8.0, 'GPU': 1.0}",
     ),
-    # `ray status`'s demand report: a placement group Ray could not place on the nodes it has
-    # (every bundle must fit, and a PACK / STRICT_PACK group on one node).
-    wording(
-        PG_PENDING,
-        r"(\{[^}]*\})(?: \* \d+)? \((?:STRICT_)?(?:PACK|SPREAD)\): \d+\+ pending placement groups",
-        "ray status, the autoscaler's demand report (python/ray/autoscaler/_private/util.py)",
-        "Ray 1.x-2.60",
-        "Total Demands:\n {'CPU': 1.0, 'GPU': 0.9} * 3 (STRICT_PACK): 1+ pending placement groups",
-    ),
     # The node type exists but the cloud has none to give: the autoscaler logs the provider's
     # error code for each launch it tries (AWS EC2, GCE), and the request waits.
     wording(
@@ -167,8 +157,7 @@ WAITING = signatures(
 )
 ASKED = re.compile(
     r"(?:trial|request|requests|requested|requires|asked for)[^{\[]{0,60}(\{[^}]*\})|"
-    r"resources: (\[?\{[^}]*\}\]?(?: \* \d+)?)|You asked for ([\d.]+ \w+)|"
-    r"(\{[^}]*\}(?: \* \d+)? \(\w+\)): \d+\+ pending placement groups"
+    r"resources: (\[?\{[^}]*\}\]?(?: \* \d+)?)|You asked for ([\d.]+ \w+)"
 )
 TUNE_ASKED = re.compile(r"You asked for (.+?) per trial, but the cluster only has (.+?) available")
 HAS = re.compile(
@@ -310,10 +299,4 @@ class ResourcesInsufficient(SignatureRule):
             "(or GPU node types) to the cluster, or free resources held by other jobs "
             "(`ray status` shows usage and pending demands)."
         )
-        if hit.signature.label == PG_PENDING:
-            fix += (
-                " A placement group needs each bundle to fit on one node (a STRICT_PACK group "
-                "all of them on one node), whatever the cluster's total: compare with each "
-                "node's resources (`ray status -v`)."
-            )
         return message, fix

@@ -155,7 +155,6 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
-    "pending placement group",
     "resource_pool_exhausted",
     "is infeasible",
     "enough free resources",

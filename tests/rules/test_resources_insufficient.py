@@ -101,17 +101,13 @@ def test_the_cloud_out_of_capacity_gets_its_own_fix():
     assert "zones" in finding["fix"]
 
 
-def test_ray_status_with_a_placement_group_it_cannot_place():
-    # A bundle must fit on one node: 2 CPUs asked, two nodes of 1 CPU (ray #47792).
-    text = (
-        "Resources\n"
-        "Usage:\n 0.0/2.0 CPU\n 0B/2.33GiB memory\n\n"
-        "Demands:\n {'CPU': 2.0} * 1 (SPREAD): 1+ pending placement groups\n"
-    )
-    code, report = inspect_json("-", stdin=text)
-    assert code == 1
-    (finding,) = findings_of(report, "resources-insufficient")
-    assert "{'CPU': 2.0}" in finding["message"]
+def test_near_miss_ray_status_with_placement_groups_pending():
+    # Tune makes a placement group per trial, so a sweep with more trials than fit at once has
+    # "1+ pending placement groups" in every autoscaler status until its queue drains: healthy.
+    # The same line in a stuck run (ray #47792) is a known miss, not a claim.
+    text = "Demands:\n {'CPU': 2.0} * 1 (SPREAD): 1+ pending placement groups\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "resources-insufficient")
 
 
 def test_near_miss_ray_status_with_tasks_queued_only():
