@@ -9,17 +9,15 @@ the GPU path: `--gpus N` switches the device (cuda) and the collective backend (
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 from ray_doctor.model import Evidence
+from ray_doctor.smoke._compat import unstartable_interpreter
 from ray_doctor.smoke._model import (
     RelaunchPlan,
     SmokeOptions,
@@ -39,38 +37,6 @@ RAY_TEMP_PARENT = "/tmp"
 
 class SmokeFailure(Exception):
     """Smoke cannot start: bad arguments, an experiment it cannot plan from (exit 2)."""
-
-
-# Characters a shell splits or expands: Ray 2.10+ starts a worker that has a runtime env (every
-# Tune trial: Tune gives each one env_vars) with `bash -c "exec <python> ..."`, its other
-# arguments quoted but not the interpreter's path (ray/_private/runtime_env/context.py,
-# `exec_worker`; 2.9 escaped it). Such a worker never starts and the run waits forever.
-SHELL_UNSAFE = re.compile(r"[\s'\"$`\\;&|<>()*?\[\]{}!#~]")
-FIRST_UNQUOTED_RAY = (2, 10)
-
-
-def _ray_release() -> tuple[int, int] | None:
-    try:
-        found = re.match(r"(\d+)\.(\d+)", metadata.version("ray"))
-    except metadata.PackageNotFoundError:
-        return None
-    return (int(found[1]), int(found[2])) if found else None
-
-
-def unstartable_interpreter(executable: str = sys.executable) -> str | None:
-    """Why a local Ray cannot start Tune's trial workers with this Python, or None."""
-    release = _ray_release()
-    if release is None or release < FIRST_UNQUOTED_RAY or os.name == "nt":
-        return None
-    if not SHELL_UNSAFE.search(executable):
-        return None
-    return (
-        f"this Python's path has a space or shell character ({executable}): Ray "
-        f"{'.'.join(map(str, release))} starts every Tune trial's worker through `bash -c` "
-        "without quoting the interpreter's path, so no trial ever starts. Run smoke (and the "
-        "training) from a virtualenv at a path without spaces, or against a cluster with "
-        "--address."
-    )
 
 
 def validate(options: SmokeOptions) -> None:

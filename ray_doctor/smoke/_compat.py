@@ -11,6 +11,9 @@ Ray moved the pieces smoke uses between 2.9 and 2.60:
   bundle: 2 workers x 1 CPU then need 3 CPUs, and never start on 2. Smoke gives that actor
   0 CPUs (it only coordinates), so a V1 run asks for what a V2 run asks for.
 
+One behaviour is known by the release number, since smoke must know it before Ray starts:
+from 2.10, Ray starts a worker that has a runtime env without quoting the interpreter's path.
+
 The choice is made by looking for the objects themselves, not by comparing version numbers:
 a Ray that has `ray.tune.report` uses it. A piece no path provides is recorded as missing;
 the stage that needs it fails as a limitation of ray-doctor (stage error, exit 2), never as
@@ -20,8 +23,11 @@ a finding about the user's cluster.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 # Ray's own error for a name smoke looked up where this Ray has none: the tool's mistake.
@@ -159,3 +165,35 @@ def missing_ray_name(text: str) -> str | None:
         return None
     module, name = (match.group(1), match.group(2)) if match.group(1) else match.group(4, 3)
     return f"{module}.{name}"
+
+
+# Characters a shell splits or expands: Ray 2.10+ starts a worker that has a runtime env (every
+# Tune trial: Tune gives each one env_vars) with `bash -c "exec <python> ..."`, its other
+# arguments quoted but not the interpreter's path (ray/_private/runtime_env/context.py,
+# `exec_worker`; 2.9 escaped it). Such a worker never starts and the run waits forever.
+SHELL_UNSAFE = re.compile(r"[\s'\"$`\\;&|<>()*?\[\]{}!#~]")
+FIRST_UNQUOTED_RAY = (2, 10)
+
+
+def _ray_release() -> tuple[int, int] | None:
+    try:
+        found = re.match(r"(\d+)\.(\d+)", metadata.version("ray"))
+    except metadata.PackageNotFoundError:
+        return None
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def unstartable_interpreter(executable: str = sys.executable) -> str | None:
+    """Why a local Ray cannot start Tune's trial workers with this Python, or None."""
+    release = _ray_release()
+    if release is None or release < FIRST_UNQUOTED_RAY or os.name == "nt":
+        return None
+    if not SHELL_UNSAFE.search(executable):
+        return None
+    return (
+        f"this Python's path has a space or shell character ({executable}): Ray "
+        f"{'.'.join(map(str, release))} starts every Tune trial's worker through `bash -c` "
+        "without quoting the interpreter's path, so no trial ever starts. Run smoke (and the "
+        "training) from a virtualenv at a path without spaces, or against a cluster with "
+        "--address."
+    )

@@ -159,7 +159,7 @@ def test_a_python_whose_path_has_a_space_is_refused_before_ray_starts(tmp_path):
     import subprocess
     import sys
 
-    from ray_doctor.smoke import FIRST_UNQUOTED_RAY, _ray_release, unstartable_interpreter
+    from ray_doctor.smoke._compat import FIRST_UNQUOTED_RAY, _ray_release, unstartable_interpreter
 
     spaced = tmp_path / "my envs" / "venv"
     spaced.parent.mkdir()
