@@ -256,6 +256,11 @@ class Trial:
         return existing[-1] if existing else None
 
 
+# A line of a log's last Tune status block (trial counts, resources in use, time running):
+# the scan keeps only that block, apart from the other events (scan/_logs.py).
+TUNE_STATUS = "tune-status"
+
+
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """A notable line in a log: an error line, a Tune status line, a kill notice."""

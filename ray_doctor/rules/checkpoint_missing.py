@@ -35,16 +35,17 @@ GONE = signatures(
     ("searcher state missing", r"Searcher unable to find checkpoint in \S"),
     (
         "checkpoint path missing",
-        r"(?:FileNotFoundError|No such file or directory).{0,200}"
+        r"(?:FileNotFoundError|No such file or directory).{0,600}"
         r"(?<!restore_from_object/)checkpoint_",
     ),
     # A weights file by its extension: .pth, .ckpt and .safetensors hold models (and Ray 0.x-1.x
     # Tune / RLlib checkpoints had a .tune_metadata beside them); .pt and .bin are as often
-    # datasets (PyG's processed/data.pt) and are left to the words above.
+    # datasets (PyG's processed/data.pt) and are left to the words above. Up to 600 characters
+    # of path: a Tune trial dir's name alone holds its config (130 characters and more).
     (
         "weights file missing",
         r"(?:FileNotFoundError|No such file or directory)(?![^\n]*restore_from_object/)"
-        r"[^\n]{0,200}\.(?:pth|ckpt|safetensors|tune_metadata)['\"]",
+        r"[^\n]{0,600}\.(?:pth|ckpt|safetensors|tune_metadata)['\"]",
     ),
 )
 

@@ -19,6 +19,15 @@ MISMATCH = signatures(
         "devices, cuda:0 and cpu!",
     ),
     wording(
+        "index on another device",
+        r"indices should be either on cpu or on the same device as the indexed tensor",
+        "torch advanced indexing (aten/src/ATen/native/TensorAdvancedIndexing.cpp; torch_xla "
+        "the same words)",
+        "torch 1.5-2.13",
+        "RuntimeError: indices should be either on cpu or on the same device as the indexed "
+        "tensor (cuda:1)",
+    ),
+    wording(
         "expected device",
         r"Tensor on device (\S+) is not on the expected device (\S+?)!?$",
         "torch ATen (aten/src/ATen/native/cuda)",

@@ -54,6 +54,17 @@ FULL = signatures(
         "Status: Failed  Reason: Evicted  Message: The node was low on resource: "
         "ephemeral-storage.",
     ),
+    # TensorFlow's file systems map ENOSPC and EDQUOT (and EMFILE, ENOMEM: rare on a write) to RESOURCE_EXHAUSTED
+    # (tensorflow/core/platform/errors: ErrnoToCode); its checkpoint writer wraps that status.
+    wording(
+        "TensorFlow checkpoint write: resource exhausted",
+        r"Error writing \(tmp\) checkpoint file: .*Resource exhausted: ",
+        "TensorFlow tensor_slice_writer.cc (a file write whose errno TF maps to "
+        "RESOURCE_EXHAUSTED: ENOSPC, EDQUOT)",
+        "TensorFlow 1.x-2.x",
+        "InternalError: Error writing (tmp) checkpoint file: /ckpt/model.ckpt-6.tempstate97: "
+        "Resource exhausted: /ckpt/model.ckpt-6.tempstate97; No space left on device",
+    ),
     wording(
         "disk quota",
         r"Disk quota exceeded|EDQUOT|\[Errno 122\]",

@@ -76,7 +76,8 @@ ANOMALY = signatures(
     wording(
         "loss scale collapsed",
         r"overflow detected, setting loss scale to: 0\.|[Mm]inimum loss scale reached|"
-        r"loss scale already at minimum",
+        # fairseq's FloatingPointError goes on: "... Your loss is probably exploding."
+        r"loss scale already at minimum|Your loss is probably exploding",
         "fp16 dynamic loss scalers (fairseq, apex, DeepSpeed)",
         "fairseq 0.x; apex; DeepSpeed 0.x",
         "| WARNING: overflow detected, setting loss scale to: 0.03125",

@@ -13,6 +13,7 @@ from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatu
 # any free one) and the message itself sends the user to look for its holder.
 WSAEACCES_LABEL = "WSAEACCES (Windows)"
 GRPC_LABEL = "Ray gRPC server could not bind its port"
+ML_AGENTS_LABEL = "ML-Agents worker port in use"
 IN_USE = signatures(
     wording(
         "EADDRINUSE",
@@ -54,6 +55,17 @@ IN_USE = signatures(
         "any",
         "OSError: [WinError 10013] An attempt was made to access a socket in a way forbidden by "
         "its access permissions",
+    ),
+    # ML-Agents binds base_port + worker_id: two envs with one worker id (every Tune trial's
+    # or RLlib rollout worker's copy of the same config) want the same port.
+    wording(
+        ML_AGENTS_LABEL,
+        r"Couldn't start socket communication because worker number \d+ is still in use",
+        "Unity ML-Agents UnityWorkerInUseException (mlagents_envs/exception.py; its Unreal copy)",
+        "ML-Agents 0.x-1.x",
+        "mlagents_envs.exception.UnityWorkerInUseException: Couldn't start socket communication "
+        "because worker number 1 is still in use. You may need to manually close a previously "
+        "opened environment or use a different worker number.",
     ),
     wording(
         "Ray port already used",
@@ -126,6 +138,13 @@ class PortConflict(SignatureRule):
             f"{'port ' + port if port else 'its port'}: {why} ({hit.evidence.excerpt})."
         )
         where = f":{port}" if port else ":PORT"
+        if hit.signature.label == ML_AGENTS_LABEL:
+            return message, (
+                "Each environment listens on `base_port + worker_id`: give every copy its own "
+                "`worker_id` (in RLlib, from `env_config.worker_index` and `vector_index`; across "
+                "Tune trials, a base port per trial) and close environments you no longer use "
+                "(`env.close()`)."
+            )
         if hit.signature.label == WSAEACCES_LABEL:
             return message, (
                 f"See what holds it (`netstat -ano | findstr {where}`) and whether Windows "

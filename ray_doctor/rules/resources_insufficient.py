@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from ray_doctor._literals import may_match
-from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment, Failure
-from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.findings import Finding, Severity
+from ray_doctor.model import TUNE_STATUS, Experiment, Failure, LogEvent, TrialStatus
+from ray_doctor.rules._base import Precedence, stop_subject, subject_name
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
@@ -188,6 +189,84 @@ MANAGER_WORDINGS = frozenset(
 )
 
 
+# Tune's last status block in a log (the scan keeps it as TUNE_STATUS events): every trial
+# PENDING, none of the cluster's CPUs or GPUs held by a running trial, and the run going on for
+# a while. A trial whose request fits starts within a second or two of its placement group; one
+# that fits nowhere waits like this forever, and a paste of such a status is how most "my trial
+# never starts" reports look.
+STATUS_COUNTS = re.compile(r"(?:Number of trials: [^(]*\((?P<old>.*)\)|Trial status: (?P<new>.*))")
+COUNT_PAIRS = re.compile(r"(\d+) ([A-Z_]+)|'([A-Z_]+)': (\d+)")
+STATUS_USAGE = re.compile(
+    r"(?:Resources requested|Logical resource usage): (?P<cpu>[\d.]+)/(?P<cpus>[\d.]+) CPUs?"
+    r"(?:, (?P<gpu>[\d.]+)/(?P<gpus>[\d.]+) GPUs?)?"
+)
+RUNNING_FOR = re.compile(
+    r"\(running for (?:(?P<days>\d+) days?, )?(?P<h>\d+):(?P<m>\d+):(?P<s>[\d.]+)"
+)
+TOTAL_RUNNING = re.compile(
+    r"Total running time: (?:(?P<days>\d+)d )?(?:(?P<h>\d+)hr )?(?:(?P<m>\d+)min )?(?P<s>\d+)s"
+)
+# Long enough that a trial that fits would have started (its actor is up in a second or two).
+MIN_PENDING_SECONDS = 10.0
+
+
+def _status_block(experiment: Experiment) -> list[LogEvent]:
+    """The last Tune status block the logs hold (one file's)."""
+    status = [event for event in experiment.events if event.kind == TUNE_STATUS]
+    if not status:
+        return []
+    last = status[-1].source.path
+    return [event for event in status if event.source.path == last]
+
+
+def _only_pending(line: str) -> int:
+    """How many trials a status line counts when every one is PENDING; 0 otherwise."""
+    found = STATUS_COUNTS.search(line)
+    if found is None:
+        return 0
+    counts: dict[str, int] = {}
+    for number, state, dict_state, dict_number in COUNT_PAIRS.findall(found["old"] or found["new"]):
+        counts[state or dict_state] = int(number or dict_number)
+    total = sum(counts.values())
+    return total if total and counts.get(TrialStatus.PENDING.value) == total else 0
+
+
+def _seconds(line: str) -> float | None:
+    found = RUNNING_FOR.search(line) or TOTAL_RUNNING.search(line)
+    if found is None:
+        return None
+    parts = found.groupdict()
+    return (
+        int(parts["days"] or 0) * 86400
+        + int(parts["h"] or 0) * 3600
+        + int(parts["m"] or 0) * 60
+        + float(parts["s"])
+    )
+
+
+def _nothing_running(line: str) -> re.Match[str] | None:
+    usage = STATUS_USAGE.search(line)
+    if usage is None or float(usage["cpu"]) > 0 or float(usage["gpu"] or 0) > 0:
+        return None
+    return usage
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+FIX = (
+    "Request what a node can give: lower `tune.with_resources(...)` / "
+    "`ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)`, add nodes "
+    "(or GPU node types) to the cluster, or free resources held by other jobs "
+    "(`ray status` shows usage and pending demands)."
+)
+
+
 def _amounts(text: str) -> dict[str, float]:
     return {name: float(value) for name, value in AMOUNT.findall(text)}
 
@@ -221,7 +300,9 @@ class ResourcesInsufficient(SignatureRule):
         resources" or its worker group start times out, the autoscaler says "No available node
         types can fulfill resource request" or cannot launch a node because the cloud has
         none of that type to give (`InsufficientInstanceCapacity`,
-        `ZONE_RESOURCE_POOL_EXHAUSTED`).
+        `ZONE_RESOURCE_POOL_EXHAUSTED`). Or, with none of those, Tune's last status shows
+        every trial PENDING and none of the cluster's CPUs or GPUs in use, ten seconds or more
+        into the run.
     Likely cause:
         A request that fits no node: more CPUs or GPUs per trial than any node has, `use_gpu`
         on a cluster without GPUs, a `ScalingConfig` asking for more workers than fit, a
@@ -234,7 +315,12 @@ class ResourcesInsufficient(SignatureRule):
         only has 10.0 CPUs"), the warning came because no trial was waiting to start (all
         PAUSED, or a searcher that stopped giving trials), not for lack of resources: the rule
         stays silent, as it does for Ray 1.x's "cannot be scheduled" when the node's
-        remaining resources cover the request.
+        remaining resources cover the request. Tune's status block counts when it is the last
+        one in its log ("Number of trials: 1/1 (1 PENDING)" with "Resources requested: 0/20
+        CPUs" and "running for 00:08:20", or Ray 2.5+'s "Trial status: 4 PENDING" with
+        "Logical resource usage: 0/2 CPUs" and "Total running time: 1min 5s"), and only when
+        nothing else went wrong: no failure, and no trial the experiment state shows started.
+        A run's first status looks the same for a moment, so under ten seconds it stays silent.
     Fix:
         Ask for what a node has: lower `resources_per_trial` / `tune.with_resources(...)` or
         `ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)` (for Train V1
@@ -269,6 +355,47 @@ class ResourcesInsufficient(SignatureRule):
                 return True
         return False
 
+    def check(self, experiment: Experiment) -> Iterator[Finding]:
+        found = list(super().check(experiment))
+        if not found:
+            waiting = self._waiting(experiment)
+            found = [waiting] if waiting is not None else []
+        yield from found
+
+    def _waiting(self, experiment: Experiment) -> Finding | None:
+        """Tune's last status: every trial PENDING, nothing running, for a while; and nothing
+        else went wrong (a failure, or a trial the experiment state shows started)."""
+        if experiment.failures or any(
+            t.failures or (t.in_state and t.status != TrialStatus.PENDING)
+            for t in experiment.trials
+        ):
+            return None
+        block = _status_block(experiment)
+        counts = next((e for e in reversed(block) if STATUS_COUNTS.search(e.line)), None)
+        usage = next((e for e in block if _nothing_running(e.line)), None)
+        clock = next((e for e in block if _seconds(e.line) is not None), None)
+        if counts is None or usage is None or clock is None:
+            return None
+        pending, seconds = _only_pending(counts.line), _seconds(clock.line) or 0.0
+        if not pending or seconds < MIN_PENDING_SECONDS:
+            return None
+        held = _nothing_running(usage.line)
+        assert held is not None
+        cluster = f"{held['cpus']} CPUs" + (f", {held['gpus']} GPUs" if held["gpus"] else "")
+        message = (
+            f"{'The trial was' if pending == 1 else f'All {pending} trials were'} still "
+            f"PENDING after {_elapsed(seconds)} of the run, "
+            f"with none of the cluster's resources ({cluster}) in use (Tune's last status): "
+            "what a trial asks for fits no node, or other work holds it."
+        )
+        return self.finding(
+            experiment,
+            message,
+            FIX,
+            [counts.source, usage.source, clock.source],
+            subject=stop_subject(experiment),
+        )
+
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         pending = [t for t in experiment.trials if t.status.value == "PENDING"]
         who = subject_name(experiment, hit.trial) if hit.trial else "The run"
@@ -293,10 +420,4 @@ class ResourcesInsufficient(SignatureRule):
                 "that can serve the request, or retry later; on AWS a capacity reservation "
                 "avoids it for GPU types."
             )
-        fix = (
-            "Request what a node can give: lower `tune.with_resources(...)` / "
-            "`ScalingConfig(num_workers=..., resources_per_worker=..., use_gpu=...)`, add nodes "
-            "(or GPU node types) to the cluster, or free resources held by other jobs "
-            "(`ray status` shows usage and pending demands)."
-        )
-        return message, fix
+        return message, FIX

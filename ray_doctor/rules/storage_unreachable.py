@@ -90,6 +90,15 @@ UNREACHABLE = signatures(
         "Compute Engine metadata service. Compute Engine Metadata server unavailable",
     ),
     wording(
+        "TensorFlow GCS client refused",
+        r"Error executing an HTTP request(?::| \() ?HTTP response code 40[13]\b",
+        "TensorFlow's GCS file system (tensorflow/core/platform/cloud/curl_http_request.cc; "
+        "'(HTTP response code 403, error code 0, ...)' before TF 1.5)",
+        "TensorFlow 1.x-2.x",
+        "tensorflow.python.framework.errors_impl.PermissionDeniedError: Error executing an HTTP "
+        'request: HTTP response code 403 with body \'{ "error": { "code": 403, ...\'',
+    ),
+    wording(
         "S3 credentials",
         r"NoCredentialsError|Unable to locate credentials|InvalidAccessKeyId|"
         r"An error occurred \((?:AccessDenied|NoSuchBucket|403)\) when calling",

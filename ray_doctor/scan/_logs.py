@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 
 from ray_doctor._literals import line_starts, lines_holding, lines_that_may_match, may_match
-from ray_doctor.model import Evidence, Failure, LogEvent, ScanError
+from ray_doctor.model import TUNE_STATUS, Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
 from ray_doctor.scan._normalise import TextLine, machine_numbered, normalise_numbered
@@ -140,6 +140,7 @@ CAUSE_ANCHORS = (
     "specified port",
     "failed to listen",
     "failed to bind",
+    "socket communication",  # ML-Agents' worker port still in use
     # disks
     "no space left",
     "enospc",
@@ -181,6 +182,7 @@ CAUSE_ANCHORS = (
     "gs://",
     "sync",
     "could not upload",
+    "http response code 40",  # TensorFlow's GCS client refused (401 / 403)
     # the cluster: joining it, and the lines that say a connection worked
     "to gcs",
     "gcs server",
@@ -220,6 +222,10 @@ CAUSE_ANCHORS = (
     "missing key",
     "unexpected key",
     "safetensor",
+    "deserializing header",  # safetensors' errors with their class name cut off (ComfyUI)
+    "headertoo",
+    "invalidheaderdeserialization",
+    "metadataincompletebuffer",
     "badzipfile",
     "crc",
     "ignore_mismatched_sizes",
@@ -325,6 +331,26 @@ BACKGROUND_CONTEXT = re.compile(r"^Exception in thread |^Exception ignored in")
 # instance on a machine logs "Address already in use" here: not a port conflict of the run.
 HANDLED_BY_RAY = re.compile(r"An exception occurred while starting the metrics server")
 
+# Tune's status block, as each reporter prints it: the trial counts ("Number of trials: 1/1 (1
+# PENDING)", tune/progress_reporter.py, Ray 0.8-2.60; "Trial status: 1 PENDING",
+# tune/experimental/output.py, Ray 2.5-2.60), the resources running trials hold ("Resources
+# requested: 0/5 CPUs", "Logical resource usage: 0/2 CPUs", tune/utils/resource_updater.py) and
+# how long the run has gone on ("(running for 00:08:20.53)", "Total running time: 1min 0s").
+# Only a log's last block says where its run stood, and a driver prints one every few seconds
+# for hours: the parser keeps the last line of each kind apart from the events (whose cap they
+# would fill) and hands the last block over as "tune-status" events when the log ends.
+STATUS_NEEDLES = {
+    "Number of trials: ": "trials",
+    "Trial status: ": "trials",
+    "Resources requested: ": "resources",
+    "Logical resource usage: ": "resources",
+    "(running for ": "time",
+    "Total running time: ": "time",
+}
+# The resource and time lines of a block sit within this many lines of its trial counts
+# (before them in the old reporter, after them in the new one).
+STATUS_BLOCK_SPAN = 12
+
 
 @dataclass
 class LogResult:
@@ -397,6 +423,7 @@ class _TextLogParser:
         self.error_lines = 0
         self.hot: bool | None = None  # the current line holds a cause word (batch-computed)
         self.patterns = EVENT_PATTERNS  # those that may match in the current batch
+        self.status: dict[str, tuple[int, str]] = {}  # Tune status: the last line of each kind
 
     @staticmethod
     def _prepare(text: str) -> tuple[str, str | None] | None:
@@ -458,6 +485,7 @@ class _TextLogParser:
             self._event(lineno, line, pid)
         else:
             self._event(lineno, line, pid)
+            self._note_status(lineno, line)
         if line.strip():
             self.context.append(line)
         if self.block is not None and text_line.rank is not None:
@@ -549,6 +577,29 @@ class _TextLogParser:
                 LogEvent(kind, evidence, trial, int(pid) if pid else None, text)
             )
 
+    def _note_status(self, lineno: int, line: str) -> None:
+        """Keep a line of Tune's status block: the latest of its kind."""
+        for needle, kind in STATUS_NEEDLES.items():
+            if needle in line:
+                self.status[kind] = (lineno, line.strip()[:MAX_LINE_TEXT])
+                return
+
+    def status_events(self) -> list[LogEvent]:
+        """The log's last Tune status block: its trial counts, with the resource and time
+        lines printed beside them (none when the log printed no trial counts)."""
+        trials = self.status.get("trials")
+        if trials is None:
+            return []
+        block = [
+            found
+            for found in self.status.values()
+            if abs(found[0] - trials[0]) <= STATUS_BLOCK_SPAN
+        ]
+        return [
+            LogEvent(TUNE_STATUS, Evidence(self.path, lineno, line), pid=None, text=line)
+            for lineno, line in sorted(block)
+        ]
+
     def capped(self) -> bool:
         """The file has given all the events it may: only a traceback can add anything."""
         return len(self.result.events) >= self.max_events
@@ -558,8 +609,10 @@ class _TextLogParser:
         return self.capped() and len(self.result.failures) >= MAX_FAILURES_PER_FILE
 
     def finish(self) -> LogResult:
+        """What the log yielded; its last Tune status block comes last among the events."""
         if self.block is not None:
             self._close()
+        self.result.events += self.status_events()
         return self.result
 
 
@@ -599,8 +652,9 @@ def parse_text_log(
             if not parser.full():
                 _read_past_the_cap(parser, source, logical, pasted)
             break
+    capped = parser.capped()
     result = parser.finish()
-    if not parser.capped():
+    if not capped:
         return result
     if late is not None:
         tail: Iterable[TextLine] = late
@@ -609,7 +663,12 @@ def parse_text_log(
         tail = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
     else:
         return result
-    result.events += _tail_events(tail, path, pid, after=result.events[-1].source.line or 0)
+    status = [e for e in result.events if e.kind == TUNE_STATUS]
+    del result.events[len(result.events) - len(status) :]
+    events = _tail_events(tail, path, pid, after=result.events[-1].source.line or 0)
+    tail_status = [e for e in events if e.kind == TUNE_STATUS]
+    # A status block in the tail is the run's last word on where it stood.
+    result.events += [e for e in events if e.kind != TUNE_STATUS] + (tail_status or status)
     return result
 
 
@@ -617,13 +676,15 @@ def _tail_events(
     logical: Iterable[TextLine], path: str, pid: str | None, after: int
 ) -> list[LogEvent]:
     """The events of a text's last lines past line `after`, where its event cap was reached:
-    the last TAIL_EVENTS of them. Failures are not taken here: past the cap the reader still
-    found every traceback."""
+    the last TAIL_EVENTS of them, then the tail's last Tune status block. Failures are not
+    taken here: past the cap the reader still found every traceback."""
     parser = _TextLogParser(path, pid, max_events=sys.maxsize)
     for batch in _batches(iter(logical)):
         _feed_batch(parser, batch)
-    events = [event for event in parser.finish().events if (event.source.line or 0) > after]
-    return events[-TAIL_EVENTS:]
+    status = parser.status_events()
+    events = parser.finish().events[: len(parser.result.events) - len(status)]
+    events = [event for event in events if (event.source.line or 0) > after]
+    return events[-TAIL_EVENTS:] + status
 
 
 def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
@@ -664,7 +725,7 @@ def _lines_that_matter(
     """Indices of the lines of a batch that may open a traceback, hold a cause word, or hold
     what one of `patterns` needs (ascending); None when a pattern has nothing to look for."""
     found = {i for i, text in enumerate(texts) if hot[i] or _may_stand_alone(text)}
-    for needle in OPENER_NEEDLES:
+    for needle in (*OPENER_NEEDLES, *STATUS_NEEDLES):
         found.update(lines_holding(needle, joined, starts))
     for event in patterns:
         if event.kind == SIGNAL_BEFORE:

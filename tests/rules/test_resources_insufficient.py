@@ -1,7 +1,7 @@
 """resources-insufficient: a GPU trial on a CPU-only cluster, Tune and Train V2 (real runs)."""
 
 import pytest
-from conftest import FIXTURES, experiment_dir, findings_of, inspect_json
+from conftest import FIXTURES, REPO, experiment_dir, findings_of, inspect_json
 
 
 def test_tune_says_what_was_asked_and_what_exists(fixtures):
@@ -127,3 +127,84 @@ def test_a_library_giving_up_on_its_placement_group():
     )
     _, report = inspect_json("-", stdin=text)
     assert findings_of(report, "resources-insufficient")
+
+
+# Tune's last status block with every trial PENDING and nothing running: how most "my trial
+# never starts" reports look. Real text: a public report (ray #29940, Ray 2.0's reporter) and
+# the first status of a real Ray 2.60 run (fixtures/tune_driver_killed/driver.log).
+def _excerpt(case: str) -> str:
+    text = (REPO / "tests" / "corpus" / "cases" / case).read_text()
+    return text.split("\n---\n", 1)[1]
+
+
+PENDING_FOR_MINUTES = "ray/29940-torchtrainer-8gpu-workers-pending.txt"
+
+
+def _first_status() -> str:
+    lines = (FIXTURES / "tune_driver_killed" / "driver.log").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Trial status:"))
+    return "\n".join(lines[start : start + 9]) + "\n"
+
+
+def test_every_trial_pending_for_minutes_with_nothing_running():
+    code, report = inspect_json("-", stdin=_excerpt(PENDING_FOR_MINUTES))
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "still PENDING after 8 min 20 s" in finding["message"]
+    assert "20 CPUs, 1 GPUs" in finding["message"]
+    assert [e["excerpt"].split(":")[0] for e in finding["evidence"]] == [
+        "Number of trials", "Resources requested", "Current time",
+    ]  # fmt: skip
+
+
+def test_near_miss_the_first_status_of_a_run_that_starts():
+    # Ray 2.60's first status: four PENDING trials at 0 s, their CPUs already reserved.
+    _, report = inspect_json("-", stdin=_first_status())
+    assert not findings_of(report, "resources-insufficient")
+
+
+def test_the_new_reporter_after_a_minute_with_nothing_running():
+    text = (
+        _first_status()
+        .replace("Total running time: 0s", "Total running time: 1min 5s")
+        .replace("2.0/2 CPUs", "0/2 CPUs")
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "All 4 trials were still PENDING after 1 min 5 s" in finding["message"]
+
+
+def test_near_miss_a_later_status_shows_a_trial_running():
+    later = (
+        "\nTrial status: 1 RUNNING | 3 PENDING\n"
+        "Current time: 2026-11-22 06:31:06. Total running time: 2min 0s\n"
+        "Logical resource usage: 1.0/2 CPUs, 0/0 GPUs\n"
+    )
+    stuck = _first_status().replace("Total running time: 0s", "Total running time: 1min 5s")
+    _, report = inspect_json("-", stdin=stuck.replace("2.0/2 CPUs", "0/2 CPUs") + later)
+    assert not findings_of(report, "resources-insufficient")
+
+
+def test_near_miss_a_trial_failed():
+    # A failure explains the run; a stale status beside it says nothing more.
+    failure = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "ValueError: bad config\n"
+    )
+    _, report = inspect_json("-", stdin=_excerpt(PENDING_FOR_MINUTES) + failure)
+    assert not findings_of(report, "resources-insufficient")
+
+
+def test_the_last_status_is_found_past_the_event_cap(tmp_path):
+    # Hours of warnings fill the log's event cap (2,000 lines); the status at its end counts.
+    noise = "".join(
+        f"2026-11-22 06:{i // 60 % 60:02d}:{i % 60:02d},000\tWARNING worker.py:1 -- task {i} "
+        f"timed out, retrying{'.' * (i % 7)}\n"  # lengths vary: no terminal wrapping
+        for i in range(12_000)  # three batches of the reader, and more than its tail
+    )
+    log = tmp_path / "driver.log"
+    log.write_text(_first_status() + noise + _excerpt(PENDING_FOR_MINUTES))
+    _, report = inspect_json(str(log))
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "8 min 20 s" in finding["message"]
