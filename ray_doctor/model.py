@@ -251,6 +251,20 @@ class Trial:
         return value if isinstance(value, int) else None
 
     @property
+    def never_started(self) -> bool:
+        """Ended TERMINATED without ever starting: Tune recorded no start time and no result.
+        A time budget or a stopper that ends the run marks the trials still waiting for
+        resources TERMINATED too (a trial that ran has a start time, reported or not)."""
+        return (
+            self.status == TrialStatus.TERMINATED
+            and self.in_state
+            and self.start_time is None
+            and self.iterations is None
+            and not self.last_result
+            and not self.failures
+        )
+
+    @property
     def last_checkpoint(self) -> Checkpoint | None:
         existing = [c for c in self.checkpoints if c.exists]
         return existing[-1] if existing else None

@@ -144,6 +144,21 @@ class Rule(ABC):
         )
 
 
+TIME_BUDGET = re.compile(r"Reached timeout of [\d.]+ seconds|time_budget_s|TimeoutStopper")
+
+
+def time_budget(experiment: Experiment) -> Evidence | None:
+    """What says a time budget ended the run: the driver's line, or the stopper the
+    experiment state records (TuneConfig(time_budget_s=...) becomes a TimeoutStopper)."""
+    event = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
+    if event is not None:
+        return event.source
+    if "TimeoutStopper" in str(experiment.runner.get("_stopper_classes", "")):
+        where = f"{experiment.path}/{experiment.state_file}" if experiment.state_file else ""
+        return Evidence(where, None, "runner_data._stopper: TimeoutStopper (a time budget)")
+    return None
+
+
 def trial_subject(experiment: Experiment, trial: Trial) -> str:
     return f"trial:{experiment.path}:{trial.trial_id}"
 

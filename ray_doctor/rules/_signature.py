@@ -250,7 +250,9 @@ class SignatureRule(Rule):
         trial = _trial_of(experiment, hits) or self._victim(experiment, context)
         hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial, text=context)
         message, fix = self.explain(experiment, hit)
-        finished = all(t.status == TrialStatus.TERMINATED for t in experiment.trials)
+        finished = all(
+            t.status == TrialStatus.TERMINATED and not t.never_started for t in experiment.trials
+        )
         severity = self.severity
         if experiment.trials and finished and not experiment.failures:
             # It happened, but every trial finished: worth knowing, not a failure.
@@ -258,7 +260,9 @@ class SignatureRule(Rule):
             message += " Every trial still finished (Ray retried or the work was elsewhere)."
         # Log lines that explain why the run stopped lead the stop (trial-incomplete folds in),
         # even when they also name the trial they hit.
-        stopped = experiment.failures or any(t.status.unfinished for t in experiment.trials)
+        stopped = experiment.failures or any(
+            t.status.unfinished or t.never_started for t in experiment.trials
+        )
         subject = (
             trial_subject(experiment, trial) if trial and not stopped else stop_subject(experiment)
         )

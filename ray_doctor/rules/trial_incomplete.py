@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from ray_doctor.model import Evidence, Experiment, Failure
+from ray_doctor.model import Evidence, Experiment, Failure, LogEvent
 from ray_doctor.rules._base import (
     Finding,
     Precedence,
@@ -15,6 +15,7 @@ from ray_doctor.rules._base import (
     failure_evidence,
     failure_subject,
     stop_subject,
+    time_budget,
 )
 
 SHOWN = 5
@@ -38,11 +39,14 @@ class TrialIncomplete(Rule):
 
     Symptom:
         The newest `experiment_state-*.json` lists trials as PENDING, RUNNING or PAUSED, and
-        nothing is running any more; or the driver log says "Trials did not complete".
+        nothing is running any more; or the driver log says "Trials did not complete"; or
+        trials are TERMINATED without ever having started (no start time, no result): a time
+        budget (`TuneConfig(time_budget_s=...)`) or a stopper ended the run while they waited.
     Likely cause:
         The driver process stopped before the sweep ended: it was killed (the head node ran
         out of memory, the job or pod was preempted or hit a time limit, someone pressed
-        Ctrl-C) or it crashed. Tune writes trial states only from the driver, so trials it
+        Ctrl-C) or it crashed; or the time budget ran out while trials waited for resources
+        (resources-insufficient says when the logs show why they waited). Tune writes trial states only from the driver, so trials it
         was running at that moment stay RUNNING on storage.
     Evidence it uses:
         Trial statuses in the newest `experiment_state-*.json`, the time that file was
@@ -85,7 +89,9 @@ class TrialIncomplete(Rule):
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         yield from self._from_tune_error(experiment)
-        unfinished = [t for t in experiment.trials if t.status.unfinished and t.in_state]
+        unfinished = [
+            t for t in experiment.trials if (t.status.unfinished or t.never_started) and t.in_state
+        ]
         stop_events = [
             e for e in experiment.events if e.kind in ("interrupted", "trials-incomplete")
         ]
@@ -99,7 +105,9 @@ class TrialIncomplete(Rule):
                     subject=stop_subject(experiment),
                 )
             return
-        counts = Counter(t.status.value for t in unfinished)
+        counts = Counter(
+            "TERMINATED before starting" if t.never_started else t.status.value for t in unfinished
+        )
         breakdown = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         names = ", ".join(t.trial_id for t in unfinished[:SHOWN])
         if len(unfinished) > SHOWN:
@@ -110,7 +118,16 @@ class TrialIncomplete(Rule):
             f"({breakdown}: {names}). The driver stopped before they completed"
         )
         interrupted = next((e for e in stop_events if e.kind == "interrupted"), None)
-        if experiment.failures:
+        budget = time_budget(experiment) if counts["TERMINATED before starting"] else None
+        if budget is not None:
+            # Tune ends the trials still waiting (for resources, or their turn) TERMINATED.
+            message = (
+                f"{len(unfinished)} of {len(experiment.trials)} trials never finished "
+                f"({breakdown}: {names}). The experiment's time budget ended the run while they "
+                "waited; Tune marks such trials TERMINATED though they never ran"
+            )
+            stop_events.append(LogEvent("budget", budget))
+        elif experiment.failures:
             message += f"; the driver crashed with {experiment.failures[-1].summary}"
         elif interrupted is not None:
             message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
@@ -126,6 +143,7 @@ class TrialIncomplete(Rule):
                 else experiment.path,
                 None,
                 f"{t.trial_id}: status {t.status.value}"
+                + (", no start time and no result" if t.never_started else "")
                 + (f", last iteration {t.iterations}" if t.iterations else ""),
             )
             for t in unfinished[:SHOWN]

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Trial, TrialStatus
-from ray_doctor.rules._base import Rule, subject_name, trial_subject
+from ray_doctor.rules._base import Rule, subject_name, time_budget, trial_subject
 
 # A trial is stalled when its silence lasts this many report intervals, its own and the
 # sweep's (the median of its siblings'), while the experiment kept going. No absolute floor:
@@ -17,19 +16,6 @@ SILENCE_FACTOR = 10
 # Trials a scheduler stopped (ASHA, HyperBand, median stopping) fall silent at the same rung:
 # as many silent trials stopped at one iteration as this are a rung, not a hang.
 RUNG_SIZE = 2
-TIME_BUDGET = re.compile(r"Reached timeout of [\d.]+ seconds|time_budget_s|TimeoutStopper")
-
-
-def _time_budget(experiment: Experiment) -> Evidence | None:
-    """What says a time budget ended the run: the driver's line, or the stopper the
-    experiment state records (TuneConfig(time_budget_s=...) becomes a TimeoutStopper)."""
-    event = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
-    if event is not None:
-        return event.source
-    if "TimeoutStopper" in str(experiment.runner.get("_stopper_classes", "")):
-        where = f"{experiment.path}/{experiment.state_file}" if experiment.state_file else ""
-        return Evidence(where, None, "runner_data._stopper: TimeoutStopper (a time budget)")
-    return None
 
 
 def _finished_itself(trial: Trial) -> bool:
@@ -90,7 +76,7 @@ class TrialStalled(Rule):
         if len(times) < 2:
             return
         last_activity = max(times)
-        budget = _time_budget(experiment)
+        budget = time_budget(experiment)
         sweep_cadence = _median([c for t in experiment.trials if (c := _cadence(t))])
         silent = []
         for trial in experiment.trials:

@@ -208,3 +208,17 @@ def test_the_last_status_is_found_past_the_event_cap(tmp_path):
     _, report = inspect_json(str(log))
     (finding,) = findings_of(report, "resources-insufficient")
     assert "8 min 20 s" in finding["message"]
+
+
+def test_trials_a_time_budget_ended_before_they_started_did_not_finish(fixtures):
+    # Tune writes the waiting trials TERMINATED: that is no run that finished after all.
+    base = fixtures / "tune_time_budget_pending"
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_time_budget_pending")),
+        "--logs",
+        str(base / "driver.log"),
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert finding["severity"] == "error"
+    assert "still finished" not in finding["message"]

@@ -28,3 +28,14 @@ def test_near_miss_failed_trials_are_not_unfinished(fixtures):
 def test_near_miss_finished_sweep(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")))
     assert not findings_of(report, "trial-incomplete")
+
+
+def test_a_time_budget_that_ended_trials_before_they_started(fixtures):
+    # Real Ray 2.60: both trials asked for a GPU on a CPU-only machine and waited until
+    # time_budget_s=20 ended the run; Tune wrote them TERMINATED with no start time.
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_time_budget_pending")))
+    assert code == 1
+    (finding,) = findings_of(report, "trial-incomplete")
+    assert "2 TERMINATED before starting" in finding["message"]
+    assert "time budget" in finding["message"]
+    assert any("TimeoutStopper" in e["excerpt"] for e in finding["evidence"])
