@@ -13,10 +13,12 @@ from ray_doctor.rules._signature import (
     SignatureRule,
     mentions,
     signatures,
+    texts_of,
     wording,
 )
 
 JOB_SERVER = "job server unreachable"
+GCS_GAVE_UP = "GCS did not come up"
 GCS_CLIENT = "Ray's GCS client (src/ray/rpc/gcs/gcs_rpc_client.h, rpc_client.h)"
 UNREACHABLE = signatures(
     wording(
@@ -81,6 +83,40 @@ UNREACHABLE = signatures(
         "that 10.0.199.179:6379 is reachable from this machine.",
     ),
     wording(
+        "Redis unreachable (0.x)",
+        r"Unable to connect to Redis\. If the Redis instance is on a different machine",
+        "ray start / ray.init waiting for the head's Redis (ray/services.py, "
+        "wait_for_redis_to_start, after its retries)",
+        "Ray 0.6-0.8",
+        "Exception: Unable to connect to Redis. If the Redis instance is on a different machine, "
+        "check that your firewall is configured properly.",
+    ),
+    wording(
+        "node processes not registered",
+        r"Some processes that the driver needs to connect to have not registered with Redis",
+        "ray.init joining a node's processes through Redis (ray/worker.py, "
+        "get_address_info_from_redis, retried every second)",
+        "Ray 0.6",
+        "WARNING worker.py:1249 -- Some processes that the driver needs to connect to have not "
+        "registered with Redis, so retrying. Have you run 'ray start' on this node?",
+    ),
+    wording(
+        GCS_GAVE_UP,
+        r"Failed to (?:start|connect to) GCS\.\s+Last \d+ lines of error files",
+        "Ray's node start-up giving up on its GCS (python/ray/_private/node.py, "
+        "_init_gcs_client): a head's own GCS that exited or never answered",
+        "Ray 2.0-2.60",
+        "RuntimeError: Failed to start GCS.  Last 0 lines of error files:",
+    ),
+    wording(
+        "Ray Client timed out",
+        r"Ray Client connection timed out\. Ensure that the Ray Client port",
+        "Ray Client (python/ray/util/client/worker.py), the warning before its ConnectionError",
+        "Ray 1.x-2.60",
+        "UserWarning: Ray Client connection timed out. Ensure that the Ray Client port on the "
+        "head node is reachable from your local machine.",
+    ),
+    wording(
         JOB_SERVER,
         r"Failed to connect to Ray at address: (\S+?)\.?$",
         "Ray's job submission SDK reaching the head's dashboard (python/ray/dashboard/modules/"
@@ -110,7 +146,8 @@ UNREACHABLE = signatures(
     ),
     wording(
         "Redis connect failed",
-        r"Could not establish connection to [Rr]edis (\S+:\d+) \(context\.err = \d+\)",
+        # The host as printed, or as a poster masked it ("redis head ip:39902").
+        r"Could not establish connection to [Rr]edis (\S+(?: \S+){0,2}:\d+) \(context\.err = \d+\)",
         "Ray's Redis client, a raylet or GCS reaching the head's Redis (src/ray/gcs/"
         "redis_context.cc: RAY_LOG(FATAL) in 0.8-1.x, a RedisError after)",
         "Ray 0.8-2.60",
@@ -147,6 +184,7 @@ RETRIED = frozenset(
         "GCS connect failed",
         "GCS request retried",
         "not a node",
+        "node processes not registered",
     }
 )
 ANSWERED = signatures(
@@ -186,6 +224,32 @@ def _in_ray(frame: Frame) -> bool:
     return "/ray/" in path and "/redis/" not in path
 
 
+# Ray Client's own words for a connection that never came up, and the address it was given.
+RAY_CLIENT = frozenset({"Ray Client timed out", "Ray Client timeout"})
+CLIENT_ADDRESS = re.compile(r"ray://([\w.\-]+):(\d+)")
+CLIENT_PORT = "10001"
+
+
+def _ray_client(experiment: Experiment, hit: Hit, who: str) -> tuple[str, str]:
+    texts = texts_of(experiment, hit.failure)
+    address = next((m for text in texts if (m := CLIENT_ADDRESS.search(text))), None)
+    message = f"{who} could not connect through Ray Client: the connection timed out"
+    if address is not None and address.group(2) != CLIENT_PORT:
+        port = address.group(2)
+        gcs = ", the GCS's" if port == "6379" else ""
+        message += (
+            f"; it was given ray://{address.group(1)}:{port}, port {port}{gcs}: the Ray Client "
+            f"server listens on {CLIENT_PORT} unless `--ray-client-server-port` said otherwise"
+        )
+    fix = (
+        'Connect to the head\'s Ray Client server: `ray.init("ray://HEAD:10001")` (the port '
+        "`ray start --head` gives it); check this machine reaches it (`nc -zv HEAD 10001`, "
+        "firewalls, a Kubernetes Service that exposes 10001), and use the cluster's Ray and "
+        "Python versions."
+    )
+    return message + ".", fix
+
+
 # What was not there, by wording ("nothing answered there" unless said otherwise).
 ANSWER = {"GCS unreachable": "no GCS of this Ray version answered there"}
 # Ray's other default ports, often given where the GCS port belongs.
@@ -216,9 +280,11 @@ class ClusterUnreachable(SignatureRule):
         "ConnectionError: Could not find any running Ray instance", Ray 1.x's "Unable to
         connect to Redis at ...", "ray client connection timeout", "Can't find a
         `node_ip_address.json` file", or "This node has an IP address of ..., and Ray expects
-        this IP address to be either the GCS address or one of the Raylet addresses". In
-        `smoke`: nothing
-        answers at `--address`, something that is not a Ray GCS does, or `ray.init` fails.
+        this IP address to be either the GCS address or one of the Raylet addresses"; Ray
+        0.x's "Unable to connect to Redis. If the Redis instance is on a different machine …";
+        a head whose own GCS never came up ("Failed to start GCS. Last N lines of error
+        files"). In `smoke`: nothing answers at `--address`, something that is not a Ray GCS
+        does, or `ray.init` fails.
     Likely cause:
         Nothing listens at the address: the head node is down, restarting or not started
         yet, or the host or port is wrong (the GCS port is 6379 unless `ray start --port`
@@ -305,6 +371,19 @@ class ClusterUnreachable(SignatureRule):
                 'outside with Ray Client: `ray.init("ray://HEAD:10001")`; on a machine with '
                 "several addresses, give `ray start` the right `--node-ip-address`."
             )
+        elif label == GCS_GAVE_UP and "start GCS" in hit.evidence.excerpt:
+            message = (
+                f"{who} could not start a local Ray cluster: its GCS exited or never answered "
+                f"({hit.evidence.excerpt})."
+            )
+            fix = (
+                "Read `gcs_server.out` and `gcs_server.err` in the session's logs dir (the error "
+                "names it): a port already taken (6379 by a Redis or an old Ray: `ray stop`), a "
+                "full or unwritable `/tmp/ray`, or a Ray built for another platform are the usual "
+                "causes."
+            )
+        elif label in RAY_CLIENT:
+            message, fix = _ray_client(experiment, hit, who)
         elif label == JOB_SERVER:
             message = (
                 f"{who} could not reach the cluster's job server (the head's dashboard) at "

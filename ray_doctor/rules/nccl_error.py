@@ -26,6 +26,15 @@ NCCL = signatures(
         "NCCL 2.x",
         "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 3b000",
     ),
+    # CuPy's NCCL binding raises NcclError(status) for any result but success: ray.util.collective
+    # (its NCCL groups) and Chainer-era code call NCCL through it.
+    wording(
+        "CuPy NcclError",
+        r"\bNcclError\b",
+        "CuPy's NCCL binding (cupy_backends/cuda/libs/nccl.pyx), used by ray.util.collective",
+        "CuPy 7-14; Ray 1.x-2.x collective",
+        "ray.exceptions.RayTaskError(NcclError): ray::Worker.compute() (pid=35381, ip=10.0.0.5)",
+    ),
     wording(
         "unhandled CUDA error",
         r"ncclUnhandledCudaError|unhandled cuda error",

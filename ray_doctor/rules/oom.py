@@ -52,6 +52,15 @@ RAY_MONITOR = signatures(
         "exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: 6f2e)",
     ),
     wording(
+        "memory monitor kill (its first words)",
+        # The head of the same message, where a paste cut it short.
+        r"Memory on the node \(IP: [^,)]+, ID: [0-9a-f]+\) where the (?:task|actor|lease)",
+        RAYLET,
+        "Ray 2.1-2.60",
+        "Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d2, "
+        "name=head, rank=0,, pid=4503, memory used",
+    ),
+    wording(
         "memory monitor advice",
         r"address the out of memory issue: https://docs\.ray\.io\S*(?:ray-oom-prevention|debug-memory)",
         RAYLET,
@@ -220,6 +229,15 @@ CUDA = signatures(
         "tensor with shape[256,1024] and type float on /job:localhost/replica:0/task:0/device:GPU:0",
     ),
     wording(
+        "TensorFlow GPU allocation failed",
+        r"ResourceExhaustedError: .*device:GPU:\d+\S* failed to allocate memory",
+        "TensorFlow eager op on a GPU (its allocator's 'failed to allocate memory')",
+        "TensorFlow 2.x",
+        "tensorflow.python.framework.errors_impl.ResourceExhaustedError: {{function_node "
+        "__wrapped__Mul_device_/job:localhost/replica:0/task:0/device:GPU:0}} failed to allocate "
+        "memory [Op:Mul]",
+    ),
+    wording(
         "XLA out of memory",
         r"RESOURCE_EXHAUSTED: Out of memory while trying to allocate",
         "XLA / JAX device allocator (xla/pjrt, tsl/framework/bfc_allocator.cc)",
@@ -260,6 +278,15 @@ OS_KILL_CONFIRMED = signatures(
         "Kubernetes kubelet / container runtime (container status reason)",
         "Kubernetes 1.x",
         "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137",
+    ),
+    wording(
+        "runc: container init OOM-killed",
+        r"container init was OOM-killed \(memory limit too low\?\)",
+        "runc starting a container whose init the kernel OOM killer ended "
+        "(libcontainer/process_linux.go), through Kubernetes, Docker, Podman",
+        "runc 1.1+",
+        "Error: container create failed: ... runc create failed: unable to start container "
+        "process: container init was OOM-killed (memory limit too low?)",
     ),
     wording(
         "Kubernetes eviction: memory",

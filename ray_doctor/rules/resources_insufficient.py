@@ -123,6 +123,15 @@ WAITING = signatures(
         "requested (us-west-2c).",
     ),
     wording(
+        CLOUD_CAPACITY,
+        r"ResourcesUnavailableError: Failed to provision all possible launchable resources",
+        "SkyPilot's provisioner after every zone and cloud it may use refused the request "
+        "(sky/exceptions.py, sky/backends/cloud_vm_ray_backend.py)",
+        "SkyPilot 0.x",
+        "sky.exceptions.ResourcesUnavailableError: Failed to provision all possible launchable "
+        "resources. Relax the task's resource requirements: 1x RunPod(cpus=32+, {'H100': 8})",
+    ),
+    wording(
         "cannot be scheduled",
         r"resource request cannot be scheduled right now: (\{[^}]*\})",
         "Ray core, warning pushed to the driver (src/ray/raylet/scheduling)",

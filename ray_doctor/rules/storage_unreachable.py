@@ -137,6 +137,9 @@ STORAGE_FRAMES = Signature(
 FS_LIBRARY_BUG = signatures(
     ("fsspec path outside base dir", r"which is outside base dir"),
     ("Tune sync client closed", r"\[internalerror\] The client has been closed"),
+    # The process ran out of file descriptors (EMFILE): the sync could not even start its
+    # command (ray #12227); the storage was never asked.
+    ("out of file descriptors", r"Too many open files|\[Errno 24\]"),
 )
 
 

@@ -82,6 +82,7 @@ CAUSE_ANCHORS = (
     "memory on the node",
     "heap memory",
     "resource_exhausted",
+    "resourceexhausted",  # TensorFlow's ResourceExhaustedError
     "alloc_failed",
     "cannot allocate memory",
     "memoryallocation",
@@ -156,6 +157,7 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
+    "resourcesunavailable",  # SkyPilot's ResourcesUnavailableError
     "resource_pool_exhausted",
     "is infeasible",
     "enough free resources",
@@ -188,6 +190,9 @@ CAUSE_ANCHORS = (
     "gcs server",
     "running ray instance",
     "to redis at",
+    "to redis.",  # Ray 0.x: "Unable to connect to Redis. If the Redis instance is ..."
+    "with redis",  # Ray 0.6: "... have not registered with Redis, so retrying"
+    "start gcs",
     "connection to redis",
     "connect to ray at",
     "raylet addresses",

@@ -83,7 +83,10 @@ def test_near_miss_the_gcs_answered_later(fixtures, tmp_path, after):
             "GCS at address :6379 within 5 seconds.\n",
             "no host",
         ),
-        ("ConnectionError: ray client connection timeout\n", "Ray Client timeout"),
+        (
+            "ConnectionError: ray client connection timeout\n",
+            "could not connect through Ray Client",
+        ),
         (  # `ray job submit` given the dashboard's port through a port-forward (kuberay #906)
             "WARNING utils.py:1415 -- Unable to connect to GCS at 10.160.66.135:8265. Check "
             "that (1) Ray GCS with matching version started successfully at the specified "
@@ -215,3 +218,28 @@ def test_the_job_server_unreachable_gets_no_gcs_port_hint():
     assert "job server" in finding["message"]
     assert "6379" not in finding["message"]
     assert "8265" in finding["fix"]
+
+
+def _excerpt(case: str) -> str:
+    from conftest import REPO
+
+    text = (REPO / "tests" / "corpus" / "cases" / case).read_text()
+    return text.split("\n---\n", 1)[1]
+
+
+def test_ray_client_given_the_gcs_port_is_told_the_client_port():
+    # ray #46733 as posted: ray.init("ray://HOST:6379") and the client's timeout warning.
+    code, report = inspect_json("-", stdin=_excerpt("ray/46733-ray-client-connection-timeout.txt"))
+    assert code == 1
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert "port 6379, the GCS's" in finding["message"]
+    assert 'ray.init("ray://HEAD:10001")' in finding["fix"]
+
+
+def test_a_head_whose_gcs_never_started_points_at_its_logs():
+    # LLaMA-Factory #3823 as posted: Ray 2.x's node start-up gave up on its own GCS.
+    text = _excerpt("llamafactory/3823-vllm-auto-ray-failed-to-start-gcs.txt")
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert "could not start a local Ray cluster" in finding["message"]
+    assert "gcs_server.out" in finding["fix"]
