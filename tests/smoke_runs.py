@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -34,6 +34,9 @@ class SmokeRun:
     stderr: str
     seconds: float
     tmpdir: Path
+    # Smoke experiment dirs in the user's local results dir (~/ray_results) that the run left
+    # (Ray 2.7-2.9 stage every experiment there as well as in its storage_path).
+    staged_left: set[str] = field(default_factory=set)
 
     def __repr__(self) -> str:
         # What a failed assertion should show: how the run ended, not its whole report.
@@ -68,6 +71,7 @@ def run_smoke(
     from conftest import validate
 
     tmpdir.mkdir(parents=True, exist_ok=True)
+    staged_before = _staged_smoke_dirs()
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "ray_doctor", "smoke", "--format", "json", *args],
@@ -80,7 +84,13 @@ def run_smoke(
     seconds = time.monotonic() - started
     assert "Traceback" not in proc.stderr, proc.stderr
     report = validate(json.loads(proc.stdout))
-    return SmokeRun(proc.returncode, report, proc.stdout, proc.stderr, seconds, tmpdir)
+    left = _staged_smoke_dirs() - staged_before
+    return SmokeRun(proc.returncode, report, proc.stdout, proc.stderr, seconds, tmpdir, left)
+
+
+def _staged_smoke_dirs() -> set[str]:
+    results = Path.home() / "ray_results"
+    return {p.name for p in results.glob("ray-doctor-smoke-*")} if results.is_dir() else set()
 
 
 def processes_naming(fragment: str) -> list[str]:
@@ -106,6 +116,7 @@ def assert_nothing_left(run: SmokeRun) -> None:
     # Only this run's runner: other smoke runs (other tests, other checkouts) may be alive.
     assert not processes_naming(str(run.tmpdir)), "a stage runner of this run is still alive"
     assert not list(run.tmpdir.glob("ray-doctor-smoke-*")), "smoke left its work dir behind"
+    assert not run.staged_left, f"smoke left Ray's staged copy in ~/ray_results: {run.staged_left}"
 
 
 def free_port() -> int:

@@ -237,20 +237,31 @@ def _clean_up(options: SmokeOptions) -> dict[str, str]:
     for path in places.values():
         shutil.rmtree(path, ignore_errors=True)
     if options.storage_path:
-        _remove_own_experiments(options)
+        _remove_own_experiments(options, options.storage_path)
+    # Ray 2.7-2.9 stage every experiment in a local results dir (~/ray_results unless
+    # RAY_AIR_LOCAL_CACHE_DIR or TUNE_RESULT_DIR say otherwise) and sync it to the
+    # storage_path: the staged copy of this run's experiments would stay behind there.
+    _remove_own_experiments(options, _local_results_dir())
     return {}
 
 
-def _remove_own_experiments(options: SmokeOptions) -> None:
-    """Delete the dirs named after this run's token under the user's storage_path."""
+def _local_results_dir() -> str:
+    for name in ("RAY_AIR_LOCAL_CACHE_DIR", "TUNE_RESULT_DIR"):
+        if os.environ.get(name):
+            return os.environ[name]
+    return os.path.expanduser("~/ray_results")
+
+
+def _remove_own_experiments(options: SmokeOptions, storage: str) -> None:
+    """Delete the dirs named after this run's token under `storage` (a path or URI)."""
     import pyarrow.fs
 
     prefix = f"ray-doctor-smoke-{options.token}"
     try:
-        if "://" in options.storage_path:
-            fs, base = pyarrow.fs.FileSystem.from_uri(options.storage_path)
+        if "://" in storage:
+            fs, base = pyarrow.fs.FileSystem.from_uri(storage)
         else:
-            fs, base = pyarrow.fs.LocalFileSystem(), os.path.abspath(options.storage_path)
+            fs, base = pyarrow.fs.LocalFileSystem(), os.path.abspath(storage)
         for info in fs.get_file_info(pyarrow.fs.FileSelector(base, allow_not_found=True)):
             if info.base_name.startswith(prefix) and info.type == pyarrow.fs.FileType.Directory:
                 fs.delete_dir(info.path)
