@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ray_doctor._literals import may_match
 from ray_doctor.findings import Finding, Severity
-from ray_doctor.model import TUNE_STATUS, Experiment, Failure, LogEvent, TrialStatus
+from ray_doctor.model import TUNE_STATUS, Experiment, Failure, Layout, LogEvent, TrialStatus
 from ray_doctor.rules._base import Precedence, stop_subject, subject_name
 from ray_doctor.rules._signature import (
     Hit,
@@ -169,7 +169,11 @@ ASKED = re.compile(
     r"(?:trial|request|requests|requested|requires|asked for)[^{\[]{0,60}(\{[^}]*\})|"
     r"resources: (\[?\{[^}]*\}\]?(?: \* \d+)?)|You asked for ([\d.]+ \w+)"
 )
-TUNE_ASKED = re.compile(r"You asked for (.+?) per trial, but the cluster only has (.+?) available")
+# Tune says "per trial"; Train V1's copy of the message (its trainer's resources plus its
+# workers') does not.
+TUNE_ASKED = re.compile(
+    r"You asked for (.+?)( per trial)?, but the cluster only has (.+?) available"
+)
 HAS = re.compile(
     r"(?:cluster (?:currently )?has|total resources|cluster resources)[^{]{0,30}(\{[^}]*\})", re.I
 )
@@ -413,7 +417,8 @@ class ResourcesInsufficient(SignatureRule):
         asked = first_match(hit, ASKED)
         has = first_match(hit, HAS)
         if tune:
-            message += f": it asked for {tune.group(1)} per trial, the cluster has {tune.group(2)}"
+            message += f": it asked for {tune.group(1)}{tune.group(2) or ''}, the cluster has "
+            message += tune.group(3)
         elif asked:
             message += f": it asked for {next(g for g in asked.groups() if g)}"
             if has:
@@ -428,5 +433,11 @@ class ResourcesInsufficient(SignatureRule):
                 "zones (list several subnets / zones for the node type), add a second node type "
                 "that can serve the request, or retry later; on AWS a capacity reservation "
                 "avoids it for GPU types."
+            )
+        if experiment.layout == Layout.TRAIN_V1 and hit.signature.label == "Train: not started":
+            return message, (
+                "Train V1 reserves a CPU for its trainer on top of every worker's: on a machine "
+                "that has just enough for the workers, pass `ScalingConfig(num_workers=..., "
+                'trainer_resources={"CPU": 0})`, or ask for fewer or smaller workers. ' + FIX
             )
         return message, FIX

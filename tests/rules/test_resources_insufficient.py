@@ -222,3 +222,33 @@ def test_trials_a_time_budget_ended_before_they_started_did_not_finish(fixtures)
     (finding,) = findings_of(report, "resources-insufficient")
     assert finding["severity"] == "error"
     assert "still finished" not in finding["message"]
+
+
+# Ray 2.50.1 Train V1, a 2-worker TorchTrainer on a 2-CPU machine: the trainer's own CPU
+# makes 3 (a real run's driver line, its timestamp kept).
+TRAIN_V1_NOT_STARTED = (
+    "2026-11-26 05:26:25,126\tWARNING insufficient_resources_manager.py:163 -- Ignore this "
+    "message if the cluster is autoscaling. Training has not started in the last 60 seconds. "
+    "This could be due to the cluster not having enough resources available. You asked for 3.0 "
+    "CPUs and 0 GPUs, but the cluster only has 2.0 CPUs and 0 GPUs available. Stop the training "
+    "and adjust the required resources (e.g. via the `ScalingConfig` or `resources_per_trial`, "
+    "or `num_workers` for rllib), or add more resources to your cluster.\n"
+)
+
+
+def test_train_says_what_it_asked_and_what_the_cluster_has():
+    _, report = inspect_json("-", stdin=TRAIN_V1_NOT_STARTED)
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert (
+        "asked for 3.0 CPUs and 0 GPUs, the cluster has 2.0 CPUs and 0 GPUs" in (finding["message"])
+    )
+
+
+def test_a_train_v1_run_is_told_about_the_trainers_own_cpu(fixtures, tmp_path):
+    log = tmp_path / "driver.log"
+    log.write_text(TRAIN_V1_NOT_STARTED)
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "ray2_46_train_v1_error")), "--logs", str(log)
+    )
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert 'trainer_resources={"CPU": 0}' in finding["fix"]
