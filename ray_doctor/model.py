@@ -392,6 +392,9 @@ class Experiment:
     errors: list[ScanError] = field(default_factory=list)
     # Flight Recorder dumps, rank exits and per-rank log lines (see scan/_flight_recorder.py).
     collectives: CollectiveEvidence = field(default_factory=CollectiveEvidence)
+    # Trial dirs an earlier run under the same experiment name left (see scan/_tune.py): kept
+    # out of `trials`, so no rule judges this run by them.
+    earlier_run_dirs: list[str] = field(default_factory=list)
 
     @property
     def settled(self) -> bool:

@@ -175,3 +175,29 @@ def test_configs_come_from_the_state_and_from_params_json_only_where_it_has_none
     (copy / next(iter(params)) / "params.json").write_text("{not json")
     result, exp = only_experiment(copy)
     assert any("params.json" in e.path and "not valid JSON" in e.reason for e in result.all_errors)
+
+
+def test_an_earlier_run_under_the_same_name_is_left_out(fixtures):
+    # Real Ray 2.60: two Tuner.fit calls with one name; the first run's lr=0.1 trial failed,
+    # the second run (the newest state's) finished. Its report is the second run's.
+    from conftest import experiment_dir, inspect_json, run_cli
+
+    path = str(experiment_dir(fixtures, "tune_name_reused"))
+    code, report = inspect_json(path)
+    assert code == 0, report["findings"]
+    (experiment,) = report["experiments"]
+    assert len(experiment["earlier_run_trial_dirs"]) == 2
+    assert all("_d6630_" in name for name in experiment["earlier_run_trial_dirs"])
+    assert {t["trial_id"].split("_")[0] for t in report["trials"]} == {"dadf3"}
+    shown = " ".join(run_cli("inspect", path).stdout.split())  # as read, not as wrapped
+    assert "2 trial dirs of an earlier run under this name left out" in shown
+    assert "resumed" not in shown
+
+
+def test_unlisted_dirs_of_the_same_run_stay(fixtures):
+    # tune_storage_full: the state never listed two of its own run's trials; they are judged.
+    from conftest import experiment_dir, inspect_json
+
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_storage_full")))
+    assert report["experiments"][0]["earlier_run_trial_dirs"] == []
+    assert report["summary"]["trials_by_status"]["UNKNOWN"] == 2

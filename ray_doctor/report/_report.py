@@ -142,6 +142,7 @@ def _experiment_dict(experiment: Experiment) -> dict[str, Any]:
         "end_time": iso(experiment.end_time),
         "trials": len(experiment.trials),
         "logs": experiment.logs,
+        "earlier_run_trial_dirs": experiment.earlier_run_dirs,
     }
 
 

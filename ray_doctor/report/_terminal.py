@@ -178,7 +178,15 @@ class TerminalFormatter(Formatter):
         if experiment["layout"] != "log":
             text.append(f" · {len(trials)} trial{'s' if len(trials) != 1 else ''}")
         _append_counts(text, counts)
-        if experiment.get("state_files", 0) > 1:
+        earlier = len(experiment.get("earlier_run_trial_dirs") or [])
+        if earlier:
+            # A new run under a name in use, not a resume: the older dirs are left out.
+            text.append(
+                f" · {earlier} trial dir{'s' if earlier != 1 else ''} of an earlier run "
+                "under this name left out",
+                style="dim",
+            )
+        elif experiment.get("state_files", 0) > 1:
             text.append(f" · resumed ({experiment['state_files']} state files)", style="dim")
         if experiment.get("start_time"):
             text.append(f" · started {experiment['start_time']}", style="dim")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -106,7 +107,10 @@ def read_tune_experiment(
         experiment.trials.append(trial)
     # Dirs the state does not list: trials of an older run of this experiment, or every trial
     # when the state never reached storage.
-    experiment.trials += [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    unlisted = [t for n, t in by_dir.items() if t is not None and n not in claimed]
+    earlier = _earlier_run(unlisted, records)
+    experiment.earlier_run_dirs = sorted(t.name for t in earlier)
+    experiment.trials += [t for t in unlisted if t not in earlier]
     if interrupted:
         for trial in experiment.trials:
             complete_from_dir(trial)
@@ -117,6 +121,28 @@ def read_tune_experiment(
     _set_layout(experiment, entries, records)
     _set_times(experiment)
     return experiment
+
+
+# A Tune trial id is its run's experiment id and the trial's index ("93fa1_00001"): every
+# Tuner.fit draws a new experiment id, and a restore keeps the old one.
+RUN_ID = re.compile(r"^([0-9a-f]{5,8})_\d{5}$")
+
+
+def _run_id(trial_id: str) -> str | None:
+    found = RUN_ID.match(trial_id)
+    return found.group(1) if found else None
+
+
+def _earlier_run(unlisted: list[Trial], records: list[TrialRecord]) -> list[Trial]:
+    """Trial dirs of an earlier run under the same experiment name: a new `Tuner.fit` with
+    a name in use writes its trials beside the old ones and a state that lists only its own.
+    A dir the newest state does not list is of an earlier run when its trial id names
+    another run than every trial the state lists; a state written before its newest trials
+    started (the driver died first) lists trials of the same run, so their dirs stay."""
+    runs = {_run_id(r.trial_id) for r in records}
+    if not runs or None in runs:
+        return []
+    return [t for t in unlisted if (run := _run_id(t.trial_id)) is not None and run not in runs]
 
 
 def _read_state_into(
