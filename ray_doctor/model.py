@@ -265,6 +265,11 @@ class Trial:
         )
 
     @property
+    def unfinished(self) -> bool:
+        """Still PENDING / RUNNING / PAUSED, or ended by a stop before it started."""
+        return self.status.unfinished or self.never_started
+
+    @property
     def last_checkpoint(self) -> Checkpoint | None:
         existing = [c for c in self.checkpoints if c.exists]
         return existing[-1] if existing else None

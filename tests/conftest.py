@@ -94,6 +94,14 @@ def canary_pickle(canary: Path) -> bytes:
     return pickle.dumps(_Canary(str(canary)), protocol=4)
 
 
+def corpus_excerpt(case: str) -> str:
+    """A real-world corpus case's excerpt (tests/corpus/cases/<case>), as posted."""
+    sys.path.insert(0, str(REPO / "tests" / "corpus"))
+    import measure
+
+    return measure.parse_case(REPO / "tests" / "corpus" / "cases" / case).text
+
+
 def findings_of(report: dict, rule: str) -> list[dict]:
     return [f for f in report["findings"] if f["rule"] == rule]
 

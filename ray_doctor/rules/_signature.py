@@ -260,9 +260,7 @@ class SignatureRule(Rule):
             message += " Every trial still finished (Ray retried or the work was elsewhere)."
         # Log lines that explain why the run stopped lead the stop (trial-incomplete folds in),
         # even when they also name the trial they hit.
-        stopped = experiment.failures or any(
-            t.status.unfinished or t.never_started for t in experiment.trials
-        )
+        stopped = experiment.failures or any(t.unfinished for t in experiment.trials)
         subject = (
             trial_subject(experiment, trial) if trial and not stopped else stop_subject(experiment)
         )

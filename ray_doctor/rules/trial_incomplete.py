@@ -46,8 +46,9 @@ class TrialIncomplete(Rule):
         The driver process stopped before the sweep ended: it was killed (the head node ran
         out of memory, the job or pod was preempted or hit a time limit, someone pressed
         Ctrl-C) or it crashed; or the time budget ran out while trials waited for resources
-        (resources-insufficient says when the logs show why they waited). Tune writes trial states only from the driver, so trials it
-        was running at that moment stay RUNNING on storage.
+        (resources-insufficient says when the logs show why they waited). Tune writes trial
+        states only from the driver, so trials it was running at that moment stay RUNNING on
+        storage.
     Evidence it uses:
         Trial statuses in the newest `experiment_state-*.json`, the time that file was
         written, interrupt and "Trials did not complete" lines in the driver log.
@@ -89,9 +90,7 @@ class TrialIncomplete(Rule):
 
     def check(self, experiment: Experiment) -> Iterator[Finding]:
         yield from self._from_tune_error(experiment)
-        unfinished = [
-            t for t in experiment.trials if (t.status.unfinished or t.never_started) and t.in_state
-        ]
+        unfinished = [t for t in experiment.trials if t.unfinished and t.in_state]
         stop_events = [
             e for e in experiment.events if e.kind in ("interrupted", "trials-incomplete")
         ]
@@ -115,22 +114,23 @@ class TrialIncomplete(Rule):
         resumable = sum(1 for t in unfinished if t.last_checkpoint is not None)
         message = (
             f"{len(unfinished)} of {len(experiment.trials)} trials never finished "
-            f"({breakdown}: {names}). The driver stopped before they completed"
+            f"({breakdown}: {names}). "
         )
         interrupted = next((e for e in stop_events if e.kind == "interrupted"), None)
         budget = time_budget(experiment) if counts["TERMINATED before starting"] else None
         if budget is not None:
             # Tune ends the trials still waiting (for resources, or their turn) TERMINATED.
-            message = (
-                f"{len(unfinished)} of {len(experiment.trials)} trials never finished "
-                f"({breakdown}: {names}). The experiment's time budget ended the run while they "
-                "waited; Tune marks such trials TERMINATED though they never ran"
+            message += (
+                "The experiment's time budget ended the run while they waited; Tune marks such "
+                "trials TERMINATED though they never ran"
             )
             stop_events.append(LogEvent("budget", budget))
-        elif experiment.failures:
-            message += f"; the driver crashed with {experiment.failures[-1].summary}"
-        elif interrupted is not None:
-            message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
+        else:
+            message += "The driver stopped before they completed"
+            if experiment.failures:
+                message += f"; the driver crashed with {experiment.failures[-1].summary}"
+            elif interrupted is not None:
+                message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
         message += (
             f". {resumable} of them have a checkpoint to resume from."
             if resumable

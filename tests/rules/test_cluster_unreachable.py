@@ -3,7 +3,7 @@ node's log shows it never reached the cluster's GCS (real Ray 2.60 driver log, a
 wordings of older Rays as posted)."""
 
 import pytest
-from conftest import findings_of, inspect_json
+from conftest import corpus_excerpt, findings_of, inspect_json
 
 UNREACHABLE_LOG = "tune_cluster_unreachable/driver.log"
 
@@ -220,16 +220,11 @@ def test_the_job_server_unreachable_gets_no_gcs_port_hint():
     assert "8265" in finding["fix"]
 
 
-def _excerpt(case: str) -> str:
-    from conftest import REPO
-
-    text = (REPO / "tests" / "corpus" / "cases" / case).read_text()
-    return text.split("\n---\n", 1)[1]
-
-
 def test_ray_client_given_the_gcs_port_is_told_the_client_port():
     # ray #46733 as posted: ray.init("ray://HOST:6379") and the client's timeout warning.
-    code, report = inspect_json("-", stdin=_excerpt("ray/46733-ray-client-connection-timeout.txt"))
+    code, report = inspect_json(
+        "-", stdin=corpus_excerpt("ray/46733-ray-client-connection-timeout.txt")
+    )
     assert code == 1
     (finding,) = findings_of(report, "cluster-unreachable")
     assert "port 6379, the GCS's" in finding["message"]
@@ -238,7 +233,7 @@ def test_ray_client_given_the_gcs_port_is_told_the_client_port():
 
 def test_a_head_whose_gcs_never_started_points_at_its_logs():
     # LLaMA-Factory #3823 as posted: Ray 2.x's node start-up gave up on its own GCS.
-    text = _excerpt("llamafactory/3823-vllm-auto-ray-failed-to-start-gcs.txt")
+    text = corpus_excerpt("llamafactory/3823-vllm-auto-ray-failed-to-start-gcs.txt")
     _, report = inspect_json("-", stdin=text)
     (finding,) = findings_of(report, "cluster-unreachable")
     assert "could not start a local Ray cluster" in finding["message"]

@@ -1,7 +1,7 @@
 """resources-insufficient: a GPU trial on a CPU-only cluster, Tune and Train V2 (real runs)."""
 
 import pytest
-from conftest import FIXTURES, REPO, experiment_dir, findings_of, inspect_json
+from conftest import FIXTURES, corpus_excerpt, experiment_dir, findings_of, inspect_json
 
 
 def test_tune_says_what_was_asked_and_what_exists(fixtures):
@@ -132,11 +132,6 @@ def test_a_library_giving_up_on_its_placement_group():
 # Tune's last status block with every trial PENDING and nothing running: how most "my trial
 # never starts" reports look. Real text: a public report (ray #29940, Ray 2.0's reporter) and
 # the first status of a real Ray 2.60 run (fixtures/tune_driver_killed/driver.log).
-def _excerpt(case: str) -> str:
-    text = (REPO / "tests" / "corpus" / "cases" / case).read_text()
-    return text.split("\n---\n", 1)[1]
-
-
 PENDING_FOR_MINUTES = "ray/29940-torchtrainer-8gpu-workers-pending.txt"
 
 
@@ -147,7 +142,7 @@ def _first_status() -> str:
 
 
 def test_every_trial_pending_for_minutes_with_nothing_running():
-    code, report = inspect_json("-", stdin=_excerpt(PENDING_FOR_MINUTES))
+    code, report = inspect_json("-", stdin=corpus_excerpt(PENDING_FOR_MINUTES))
     assert code == 1
     (finding,) = findings_of(report, "resources-insufficient")
     assert "still PENDING after 8 min 20 s" in finding["message"]
@@ -192,7 +187,7 @@ def test_near_miss_a_trial_failed():
         '  File "train.py", line 3, in <module>\n'
         "ValueError: bad config\n"
     )
-    _, report = inspect_json("-", stdin=_excerpt(PENDING_FOR_MINUTES) + failure)
+    _, report = inspect_json("-", stdin=corpus_excerpt(PENDING_FOR_MINUTES) + failure)
     assert not findings_of(report, "resources-insufficient")
 
 
@@ -204,7 +199,7 @@ def test_the_last_status_is_found_past_the_event_cap(tmp_path):
         for i in range(12_000)  # three batches of the reader, and more than its tail
     )
     log = tmp_path / "driver.log"
-    log.write_text(_first_status() + noise + _excerpt(PENDING_FOR_MINUTES))
+    log.write_text(_first_status() + noise + corpus_excerpt(PENDING_FOR_MINUTES))
     _, report = inspect_json(str(log))
     (finding,) = findings_of(report, "resources-insufficient")
     assert "8 min 20 s" in finding["message"]

@@ -106,9 +106,9 @@ def test_near_miss_tunes_sync_client_used_after_close():
 
 def test_near_miss_a_sync_that_ran_out_of_file_descriptors():
     # ray #12227 as posted: Tune's syncer could not even start its command (EMFILE).
-    from conftest import REPO
+    from conftest import corpus_excerpt
 
-    case = REPO / "tests/corpus/cases/ray/12227-tune-sync-too-many-open-files.txt"
-    _, report = inspect_json("-", stdin=case.read_text().split("\n---\n", 1)[1])
+    text = corpus_excerpt("ray/12227-tune-sync-too-many-open-files.txt")
+    _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "storage-unreachable")
     assert report["findings"], "the error is still reported, as it stands"
