@@ -385,15 +385,14 @@ class ResourcesInsufficient(SignatureRule):
             return None
         block = _status_block(experiment)
         counts = next((e for e in reversed(block) if STATUS_COUNTS.search(e.line)), None)
-        usage = next((e for e in block if _nothing_running(e.line)), None)
-        clock = next((e for e in block if _seconds(e.line) is not None), None)
+        usage = next(((e, m) for e in block if (m := _nothing_running(e.line))), None)
+        clock = next(((e, t) for e in block if (t := _seconds(e.line)) is not None), None)
         if counts is None or usage is None or clock is None:
             return None
-        pending, seconds = _only_pending(counts.line), _seconds(clock.line) or 0.0
+        (usage_line, held), (clock_line, seconds) = usage, clock
+        pending = _only_pending(counts.line)
         if not pending or seconds < MIN_PENDING_SECONDS:
             return None
-        held = _nothing_running(usage.line)
-        assert held is not None
         cluster = f"{held['cpus']} CPUs" + (f", {held['gpus']} GPUs" if held["gpus"] else "")
         message = (
             f"{'The trial was' if pending == 1 else f'All {pending} trials were'} still "
@@ -405,7 +404,7 @@ class ResourcesInsufficient(SignatureRule):
             experiment,
             message,
             FIX,
-            [counts.source, usage.source, clock.source],
+            [counts.source, usage_line.source, clock_line.source],
             subject=stop_subject(experiment),
         )
 
