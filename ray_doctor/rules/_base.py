@@ -224,6 +224,12 @@ def describe_ranks(failure: Failure) -> str:
     return f" on {label} {', '.join(map(str, failure.ranks))}"
 
 
+def sentence(text: str) -> str:
+    """`text` ended with a full stop unless it ends a sentence already (an exception message
+    often does: "The actor died unexpectedly before finishing this task.")."""
+    return text if text.rstrip().endswith((".", "!", "?")) else f"{text}."
+
+
 def describe_frame(failure: Failure) -> str:
     frame = failure.user_frame
     if frame is None:

@@ -11,8 +11,31 @@ from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatu
 
 CHECKPOINT_PATH = re.compile(r"(checkpoint_[\w.:-]+)")
 
-# Ray's own readers of a trial's pickled error (ray/tune/experiment/trial.py, result_grid.py).
-RAY_ERROR_READERS = {"get_pickled_error", "_populate_exception"}
+# Ray's own readers of a trial's pickled error (ray/tune/experiment/trial.py, result_grid.py),
+# and torch.distributed's of an object another rank sent (torch/distributed/distributed_c10d.py:
+# `_tensor_to_object` unpickles from memory for broadcast_object_list and the like): neither
+# reads a checkpoint.
+NOT_CHECKPOINT_READERS = {
+    "get_pickled_error",
+    "_populate_exception",
+    "_tensor_to_object",
+    "broadcast_object_list",
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "recv_object_list",
+}
+# `_tensor_to_object`'s own line, for a traceback whose frame headers a paste lost.
+OBJECT_FROM_RANK = "_unpickler(io.BytesIO(buf)).load()"
+# The opcodes of pickle protocols 0-5 (`ord(op.code) for op in pickletools.opcodes`): torch's
+# weights_only unpickler names any other byte it meets as an "Unsupported operand", which
+# means the file is no pickle at that point, while an opcode it does not allow is a refusal.
+PICKLE_OPCODES = frozenset(range(128, 153)) | {
+    *(40, 41, 46, 48, 49, 50, 66, 67, 70, 71, 73, 74, 75, 76, 77, 78, 80, 81, 82, 83, 84, 85, 86),
+    *(88, 93, 97, 98, 99, 100, 101, 103, 104, 105, 106, 108, 111, 112, 113, 114, 115, 116, 117),
+    125,
+}
+NOT_OPCODE = "|".join(str(byte) for byte in range(256) if byte not in PICKLE_OPCODES)
 TORCH_ZIP = "torch zip reader (caffe2/serialize/inline_container.cc)"
 CORRUPT = signatures(
     wording(
@@ -45,6 +68,16 @@ CORRUPT = signatures(
         "CPython pickle (Python 3; Python 2's cPickle reading a newer file is a version issue)",
         "Python 3",
         "_pickle.UnpicklingError: invalid load key, 'v'.",
+    ),
+    wording(
+        "not a pickle (weights_only)",
+        rf"Unsupported operand (?:{NOT_OPCODE})\b",
+        "torch's weights_only unpickler (torch/_weights_only_unpickler.py) meeting a byte that "
+        "is no pickle opcode",
+        "torch 1.13-2.13",
+        "_pickle.UnpicklingError: Weights only load failed. ... Please file an issue with the "
+        "following so that we can make `weights_only=True` compatible with your use case: "
+        "WeightsUnpickler error: Unsupported operand 10",
     ),
     wording(
         "safetensors header",
@@ -89,7 +122,8 @@ class CheckpointCorrupt(SignatureRule):
     Evidence it uses:
         In `inspect`: the error text of the trial's last failure (error.txt, driver or worker
         logs) and the checkpoint dir it names, if any; a `weights_only` refusal ("Weights only
-        load failed") is not corruption and does not fire. In `verify-checkpoint`: the file
+        load failed") is not corruption and does not fire, unless the byte it names is no
+        pickle opcode at all ("Unsupported operand 10": the file is no pickle there). In `verify-checkpoint`: the file
         itself: an empty or truncated file, a missing zip central directory, a CRC-32 mismatch
         in any zip member (every byte is read, which torch.load does not do), a pickle that
         does not parse, tensor storages missing from the archive or of the wrong size,
@@ -120,10 +154,12 @@ class CheckpointCorrupt(SignatureRule):
     signatures = CORRUPT
 
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
-        # Ray itself unpickling a trial's error.pkl (cut off when the disk filled up) is not a
-        # checkpoint: the file that ran out of input is named by the frame.
-        return failure is not None and any(
-            frame.function in RAY_ERROR_READERS for frame in failure.frames
+        # Ray itself unpickling a trial's error.pkl (cut off when the disk filled up), or
+        # torch.distributed an object from another rank, is not a checkpoint: the frame says.
+        if failure is None:
+            return False
+        return OBJECT_FROM_RANK in failure.joined or any(
+            frame.function in NOT_CHECKPOINT_READERS for frame in failure.frames
         )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:

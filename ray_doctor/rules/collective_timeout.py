@@ -107,6 +107,16 @@ HANG = signatures(
         "clients joined.",
     ),
     wording(
+        "rabit poll timeout",
+        r"rabit/internal/socket\.h:\d+: Poll timeout",
+        "XGBoost's rabit allreduce (rabit/include/rabit/internal/socket.h, PollHelper: "
+        "LOG(FATAL) when a peer sends nothing within rabit_timeout), through xgboost_ray and "
+        "dask",
+        "XGBoost 1.x",
+        "xgboost.core.XGBoostError: [23:55:55] /workspace/rabit/include/rabit/internal/socket.h:"
+        "170: Poll timeout",
+    ),
+    wording(
         "Horovod stall",
         r"submitted to be reduced, gathered or broadcasted by subset of ranks",
         "Horovod stall inspector (horovod/common/stall_inspector.cc)",

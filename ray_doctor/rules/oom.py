@@ -11,6 +11,7 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.rules._crash import CRASH
 from ray_doctor.rules._memory_hog import describe, may_attribute, os_victim
 from ray_doctor.rules._signature import (
     Hit,
@@ -342,7 +343,10 @@ OS_KILL_CONFIRMED = signatures(
     # width ends up in front of them when a pasted text is unwrapped.
     wording(
         "shell: Killed",
-        r"^\s*(?:Killed|已杀死)\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S",
+        r"^\s*(?:Killed|已杀死)\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S|"
+        # tqdm redraws its bar with a carriage return and no newline, so the shell's report
+        # lands at the end of the bar: "4/8 [02:10<02:22, 35.73s/it]Killed".
+        r"(?:s/it|it/s)\]\s*Killed\s*$",
         "bash / sh job report of a child ended by SIGKILL (strsignal's text; glibc's zh_CN "
         "translation '已杀死' on Chinese locales)",
         "any",
@@ -400,21 +404,6 @@ OS_KILL_RAY = signatures(
     ),
 )
 OS_KILL = OS_KILL_CONFIRMED + OS_KILL_RAY
-# Another way a process dies without a Python exception: then a Ray worker death is no sign of
-# memory, unless something above confirms memory ran out.
-OTHER_DEATH = re.compile(
-    # What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
-    # absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
-    # torchelastic's report of the signal.
-    r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received|Fatal Python error: |Segmentation fault|"
-    r"Bus error \(core dumped\)|Illegal instruction|Aborted \(core dumped\)|"
-    r"illegal memory access was encountered|device-side assert triggered|Check failed: |"
-    r"terminate called after throwing|"
-    r"Signal (?:11|6|7|4|8) \((?:SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE)\) received|"
-    r"exitcode\s*:\s*-(?:11|6|7|4|8)\b"
-    # Lightning's DDP launcher kills its own process group when a child fails with an error.
-    r"|Child process with PID \d+ terminated with code [1-9]"
-)
 
 
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
@@ -612,7 +601,7 @@ class OomKilledByOs(SignatureRule):
         joined = "\n".join(texts)
         confirmed = [sig for sig in OS_KILL_CONFIRMED if any_line(sig.pattern, texts, joined)]
         if not confirmed:
-            return any_line(OTHER_DEATH, texts, joined)
+            return any_line(CRASH, texts, joined)
         # A SIGKILL after the user interrupted the run (an IDE's stop button: "Process finished
         # with exit code 137" after a KeyboardInterrupt) is the user's, unless a kernel,
         # container or scheduler says memory ran out.

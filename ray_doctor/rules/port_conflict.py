@@ -14,6 +14,7 @@ from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatu
 WSAEACCES_LABEL = "WSAEACCES (Windows)"
 GRPC_LABEL = "Ray gRPC server could not bind its port"
 ML_AGENTS_LABEL = "ML-Agents worker port in use"
+LIGHTGBM_LABEL = "LightGBM bind failed"
 IN_USE = signatures(
     wording(
         "EADDRINUSE",
@@ -76,6 +77,24 @@ IN_USE = signatures(
         "by other components.",
     ),
     wording(
+        "Ray dashboard port taken",
+        r"Failed to bind to \S+:(\d+) because it's already occupied",
+        "Ray's start-up check of the dashboard port (python/ray/_private/services.py, on "
+        "EADDRINUSE)",
+        "Ray 1.13-2.60",
+        "ValueError: Failed to bind to 0.0.0.0:8265 because it's already occupied. You can use "
+        "`ray start --dashboard-port ...` or `ray.init(dashboard_port=...)` to select a "
+        "different port.",
+    ),
+    wording(
+        LIGHTGBM_LABEL,
+        r"Binding port (\d+) failed",
+        "LightGBM's distributed network (src/network/linkers_socket.cpp, Linkers::TryBind: "
+        "Log::Fatal when bind() fails), through lightgbm.dask and lightgbm_ray",
+        "LightGBM 2.x-4.x",
+        "lightgbm.basic.LightGBMError: Binding port 12402 failed",
+    ),
+    wording(
         GRPC_LABEL,
         r"Failed to start the grpc server\. The specified port is [1-9]\d*",
         "Ray's gRPC servers (raylet, GCS, object manager, core worker: src/ray/rpc/grpc_server.cc), "
@@ -131,6 +150,9 @@ class PortConflict(SignatureRule):
             else "Windows refused the port: another process holds it, or it lies in a range "
             "Windows reserved"
             if hit.signature.label == WSAEACCES_LABEL
+            else "LightGBM could not bind it, most likely because another process (a fit that "
+            "has not let go of it, another job) holds the port"
+            if hit.signature.label == LIGHTGBM_LABEL
             else "the address is already in use"
         )
         message = (
@@ -144,6 +166,13 @@ class PortConflict(SignatureRule):
                 "`worker_id` (in RLlib, from `env_config.worker_index` and `vector_index`; across "
                 "Tune trials, a base port per trial) and close environments you no longer use "
                 "(`env.close()`)."
+            )
+        if hit.signature.label == LIGHTGBM_LABEL:
+            return message, (
+                f"See what holds it (`ss -ltnp | grep {where}`). Each LightGBM worker listens on "
+                "its own port: do not pin `local_listen_port` or `machines` (lightgbm.dask "
+                "finds free ports from 3.2 on; in lightgbm_ray leave the default), or give "
+                "every concurrent job its own range."
             )
         if hit.signature.label == WSAEACCES_LABEL:
             return message, (

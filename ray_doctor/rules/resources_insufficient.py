@@ -110,6 +110,18 @@ WAITING = signatures(
         "enough resources or use an autoscaling cluster. Current resources available: "
         "{'CPU': 8.0, 'GPU': 1.0}",
     ),
+    wording(
+        "placement group timed out",
+        r"Placement group creation timed out after \d+ seconds\. Make sure (?:your )?cluster "
+        r"either has enough resources",
+        "xgboost_ray / lightgbm_ray waiting for their actors' placement group "
+        "(xgboost_ray/main.py, lightgbm_ray/main.py: _create_placement_group)",
+        "xgboost_ray 0.1-0.1.19, lightgbm_ray 0.1",
+        "TimeoutError: Placement group creation timed out after 100 seconds. Make sure your "
+        "cluster either has enough resources or use an autoscaling cluster. Current resources "
+        "available: {'CPU': 16.0}, resources requested by the placement group: [{'CPU': 1, "
+        "'GPU': 1}]",
+    ),
     # The node type exists but the cloud has none to give: the autoscaler logs the provider's
     # error code for each launch it tries (AWS EC2, GCE), and the request waits.
     wording(

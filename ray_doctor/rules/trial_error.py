@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ray_doctor.model import Experiment, Failure, LogEvent, TrialStatus
+from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
     Finding,
     Precedence,
@@ -15,13 +15,24 @@ from ray_doctor.rules._base import (
     failure_evidence,
     failure_subject,
     resume_hint,
+    sentence,
     subject_name,
 )
+from ray_doctor.rules._crash import crash_lines
 from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
 
-def _fix(experiment: Experiment, failure: Failure | None) -> str:
+def _fix(experiment: Experiment, failure: Failure | None, crashed: bool = False) -> str:
     resume = resume_hint(experiment)
+    if crashed:
+        return (
+            "A crash (a signal such as SIGSEGV or SIGABRT, most often from native code: a C/C++ "
+            "or CUDA extension, a library built for another version of torch or numpy, a "
+            "driver) kills the worker before Python can raise. Read the whole crash in the "
+            "worker's log (`worker-*.err` in the session's logs dir), run the failing trial's "
+            "code outside Ray with `python -X faulthandler` to see where it crashes, then "
+            f"{resume}."
+        )
     if failure is not None and failure.user_frame is not None:
         frame = failure.user_frame
         return (
@@ -33,6 +44,23 @@ def _fix(experiment: Experiment, failure: Failure | None) -> str:
         "ray-doctor knows no specific cause for it. Reproduce the failing trial on its own with "
         f"the same config to see the whole traceback; once fixed, {resume}."
     )
+
+
+def _described(
+    experiment: Experiment, failure: Failure, trial: Trial | None
+) -> tuple[str, str, list[Evidence]]:
+    """What the finding says after "... failed", its fix and evidence: the exception, and the
+    crash that killed the worker when the exception is Ray's word for a worker's death."""
+    message = sentence(f"{describe_ranks(failure)} with {failure.summary}{describe_frame(failure)}")
+    evidence = failure_evidence(failure)
+    crash = crash_lines(experiment, failure, trial)
+    if not crash:
+        return message, _fix(experiment, failure), evidence
+    first = crash[0]
+    pid = f" (pid {first.pid})" if first.pid is not None else ""
+    message += f" Its worker process{pid} crashed: the log shows `{first.line.strip()[:200]}`."
+    evidence += [event.source for event in crash[:3]]
+    return message, _fix(experiment, failure, crashed=True), evidence
 
 
 # Tune's own lines that a trial errored, when a log is all there is.
@@ -56,12 +84,18 @@ class TrialError(Rule):
         is and holds Tune's word that a trial errored ("Trial X errored after N iterations",
         "Trial task failed for trial X") but no error text: the trials it names, their cause
         unknown, when nothing else was found and the log does not say later that the trial
-        completed (a retry that worked).
+        completed (a retry that worked). When the error is Ray's word for a worker that died
+        without raising ("The actor died unexpectedly", "Worker unexpectedly exits"), the
+        crash lines of that worker in the logs given (`*** SIGSEGV received`, `Fatal Python
+        error`, `terminate called after throwing`; the same pid as error.txt's `pid:` or the
+        same trial) are quoted: the crash is the cause, Ray's text only its report.
     Fix:
         Fix the code at the frame named in the finding. Then resume the failed trials with
         `Tuner.restore(path, trainable, resume_errored=True)` (continue from their last
         checkpoint) or `restart_errored=True` (start them over). If the error is transient,
-        `FailureConfig(max_failures=N)` lets Tune retry it.
+        `FailureConfig(max_failures=N)` lets Tune retry it. For a crash: read the whole crash in
+        the worker's `worker-*.err` log and run the trial's code outside Ray with
+        `python -X faulthandler` to see the native stack.
     References:
         - https://docs.ray.io/en/latest/tune/tutorials/tune-fault-tol.html
         - https://docs.ray.io/en/latest/tune/api/doc/ray.tune.Tuner.restore.html
@@ -86,26 +120,20 @@ class TrialError(Rule):
                     "(no error.txt on storage and no traceback in the logs given)."
                 )
                 evidence = []
+                fix = _fix(experiment, failure)
             else:
-                message = (
-                    f"{who} failed{describe_ranks(failure)} with {failure.summary}"
-                    f"{describe_frame(failure)}."
-                )
-                evidence = failure_evidence(failure)
-            fix = _fix(experiment, failure)
+                detail, fix, evidence = _described(experiment, failure, trial)
+                message = f"{who} failed{detail}"
             yield self.finding(experiment, message, fix, evidence, trial=trial)
         for index, failure in enumerate(experiment.failures):
             if says_trials_incomplete(failure):
                 continue  # Tune's own summary of unfinished trials: trial-incomplete's words
-            message = (
-                f"The run failed{describe_ranks(failure)} with {failure.summary}"
-                f"{describe_frame(failure)}."
-            )
+            detail, fix, evidence = _described(experiment, failure, None)
             yield self.finding(
                 experiment,
-                message,
-                _fix(experiment, failure),
-                failure_evidence(failure),
+                f"The run failed{detail}",
+                fix,
+                evidence,
                 subject=failure_subject(experiment, index),
             )
 

@@ -142,6 +142,7 @@ CAUSE_ANCHORS = (
     "failed to listen",
     "failed to bind",
     "socket communication",  # ML-Agents' worker port still in use
+    "binding port",  # LightGBM's "Binding port 12402 failed"
     # disks
     "no space left",
     "enospc",
@@ -220,6 +221,7 @@ CAUSE_ANCHORS = (
     "pytorchstream",
     "ran out of input",
     "unpickling",
+    "unsupported operand",  # torch's weights_only unpickler meeting a byte no pickle has
     "load key",
     "state_dict",
     "size mismatch for",

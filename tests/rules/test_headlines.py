@@ -10,6 +10,7 @@ HEADLINES = {
     "tune_trial_error": "trial-error",
     "tune_retries_exhausted": "retries-exhausted",
     "tune_sigkill": "oom-killed-by-os",
+    "tune_worker_segfault": "trial-error",
     "tune_corrupt_checkpoint": "checkpoint-corrupt",
     "tune_driver_killed": "trial-incomplete",
     "tune_oom_memory_monitor": "oom-ray-memory-monitor",

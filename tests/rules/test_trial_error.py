@@ -33,6 +33,47 @@ def test_is_folded_under_a_specific_cause(fixtures):
     assert any(r["rule"] == "trial-error" for f in report["findings"] for r in f["related"])
 
 
+def test_a_worker_that_crashed_is_named_with_the_crash_from_its_log(fixtures):
+    # Real Ray 2.60: the trial's worker read address 0 (SIGSEGV); error.txt holds only Ray's
+    # "The actor died unexpectedly", the crash is in the worker's own log.
+    base = fixtures / "tune_worker_segfault"
+    experiment = str(experiment_dir(fixtures, "tune_worker_segfault"))
+    for logs in ("driver.log", "session_logs"):
+        _, report = inspect_json(experiment, "--logs", str(base / logs))
+        (finding,) = findings_of(report, "trial-error")
+        message = finding["message"]
+        assert "ActorDiedError: The actor died unexpectedly before finishing this task." in message
+        assert "crashed: the log shows" in message and "SIGSEGV received" in message, logs
+        assert "task.." not in message
+        pid = message.split("(pid ")[1].split(")")[0]
+        assert f"pid: {pid}" in (next(base.rglob("error.txt"))).read_text(), "the same worker"
+        assert any(e["path"].endswith(logs) or logs in e["path"] for e in finding["evidence"])
+        assert "faulthandler" in finding["fix"]
+        assert not findings_of(report, "oom-killed-by-os"), "a crash, not a kill"
+
+
+def test_a_worker_death_without_its_log_names_no_crash(fixtures):
+    _, report = inspect_json(str(experiment_dir(fixtures, "tune_worker_segfault")))
+    assert "crashed" not in report["findings"][0]["message"]
+    related = [r for f in report["findings"] for r in [f, *f["related"]]]
+    (finding,) = [r for r in related if r["rule"] == "trial-error"]
+    assert finding["message"].endswith("before finishing this task.")
+
+
+def test_a_crash_of_another_process_is_not_attributed(fixtures, tmp_path):
+    # The same log with the crash moved to a pid the trial's error does not name.
+    base = fixtures / "tune_worker_segfault"
+    pid = next(base.rglob("error.txt")).read_text().split("pid: ")[1].split()[0]
+    log = tmp_path / "driver.log"
+    log.write_text((base / "driver.log").read_text().replace(pid, "99999"))
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_worker_segfault")), "--logs", str(log)
+    )
+    assert all(
+        "crashed:" not in r["message"] for f in report["findings"] for r in [f, *f["related"]]
+    )
+
+
 def test_fires_on_a_failed_train_v2_run_given_its_driver_log(fixtures):
     base = fixtures / "train_v2_rank_failure"
     _, report = inspect_json(

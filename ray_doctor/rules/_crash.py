@@ -1,0 +1,52 @@
+"""A process that crashed in native code: what the crash prints, and whose it was.
+
+Ray reports a worker that died of a signal the same way as one the kernel killed ("The actor
+died unexpectedly", "Worker unexpectedly exits with a connection error code 2"). What tells
+them apart is the crash's own output, which the dying process writes to its log before Ray
+notices: `oom-killed-by-os` stands back when it is there, and `trial-error` quotes it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ray_doctor.model import Experiment, Failure, LogEvent, Trial
+
+# What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
+# absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
+# torchelastic's report of the signal.
+CRASH = re.compile(
+    r"\*\*\* SIG(?:SEGV|ABRT|BUS|ILL|FPE) received|Fatal Python error: |Segmentation fault|"
+    r"Bus error \(core dumped\)|Illegal instruction|Aborted \(core dumped\)|"
+    r"illegal memory access was encountered|device-side assert triggered|Check failed: |"
+    r"terminate called after throwing|"
+    r"Signal (?:11|6|7|4|8) \((?:SIGSEGV|SIGABRT|SIGBUS|SIGILL|SIGFPE)\) received|"
+    r"exitcode\s*:\s*-(?:11|6|7|4|8)\b"
+    # Lightning's DDP launcher kills its own process group when a child fails with an error.
+    r"|Child process with PID \d+ terminated with code [1-9]"
+)
+# Ray's words for a worker process that died without raising (Ray 0.8-2.60): the actor's or
+# the task's death, and the exit detail the raylet adds.
+WORKER_DIED = re.compile(
+    r"The actor died unexpectedly|The actor is dead because its worker process has died|"
+    r"The worker died unexpectedly|Worker unexpectedly exits|Worker exits unexpectedly"
+)
+# error.txt's actor block ("pid: 26386") and Ray's log prefix ("(trainable pid=26386)").
+_PID = re.compile(r"\bpid[:=]\s*(\d+)")
+
+
+def crash_lines(experiment: Experiment, failure: Failure, trial: Trial | None) -> list[LogEvent]:
+    """The log lines of a crash of the worker whose death `failure` reports: lines of the
+    same trial, or of a process the failure names by pid. Empty when the failure is not a
+    worker's death, or no crash of that worker was read."""
+    text = failure.joined
+    if not WORKER_DIED.search(text):
+        return []
+    pids = {int(pid) for pid in _PID.findall(text)}
+    ids = {trial.trial_id, trial.name} if trial is not None else set()
+    return [
+        event
+        for event in experiment.events
+        if (event.pid in pids or (event.trial is not None and event.trial in ids))
+        and CRASH.search(event.line)
+    ]
