@@ -6,15 +6,31 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Layout, Trial, TrialStatus
-from ray_doctor.rules._base import Precedence, Rule, resume_hint, stop_subject, subject_name
+from ray_doctor.rules._base import (
+    Precedence,
+    Rule,
+    resume_hint,
+    sentence,
+    stop_subject,
+    subject_name,
+)
 from ray_doctor.rules._signature import Hit, ended_by, search, search_events, signatures
 
+RESTORE_GONE = "restore: checkpoint deleted"
 GONE = signatures(
     (
         "snapshot names a missing checkpoint",
         r"contains a reference to a checkpoint that does not exist anymore",
     ),
     ("checkpoint manager init", r"CheckpointManagerInitializationError"),
+    # Tune's Trainable.restore (ray/tune/trainable/trainable.py, Ray 2.7-2.60): the checkpoint
+    # a trial is told to restore was deleted first, typically by `num_to_keep` while PBT was
+    # about to copy it into another trial.
+    (
+        RESTORE_GONE,
+        r"Could not recover from checkpoint as it does not exist on storage anymore\."
+        r"(?: Got storage fs type `\w+` and path: (\S+))?",
+    ),
     # Not in the dir Tune's `restore_from_object` unpacks a shipped checkpoint into
     # (`tempfile.mkdtemp("restore_from_object")`, Ray 0.8-1.x): a file missing there is one
     # Tune's own transfer left out (a Tune bug, ray #8581), not a checkpoint that is gone.
@@ -51,7 +67,7 @@ GONE = signatures(
 
 
 # Ray's own records name a checkpoint that is gone; the other rows are a path the code loads.
-RECORDS = {"snapshot names a missing checkpoint", "checkpoint manager init"}
+RECORDS = {"snapshot names a missing checkpoint", "checkpoint manager init", RESTORE_GONE}
 PATH_FIX = (
     "Check the path where the failing process runs: a relative path resolves against its "
     "working dir (Tune starts a trainable in its trial dir), and a file on the driver's disk "
@@ -69,7 +85,9 @@ class CheckpointMissing(Rule):
         iteration 1; or a Train V2 `checkpoint_manager_snapshot.json` (or a trial's last
         reported `checkpoint_dir_name`) names a checkpoint dir that is not on storage, and a
         resume fails with "The run snapshot contains a reference to a checkpoint that does not
-        exist anymore"; or the code that loads a checkpoint finds no file at its path
+        exist anymore"; or a Tune trial told to restore a checkpoint fails with "Could not
+        recover from checkpoint as it does not exist on storage anymore" (with PBT / PB2, a
+        checkpoint of another trial, deleted by `num_to_keep` before the exploit copied it); or the code that loads a checkpoint finds no file at its path
         (`FileNotFoundError` on a `.pth` / `.ckpt` / `.safetensors` or `checkpoint_*` path,
         Lightning's "Checkpoint file not found", fvcore's "Checkpoint ... not found!", mmcv's
         "... is not a checkpoint file").
@@ -128,10 +146,32 @@ class CheckpointMissing(Rule):
         self, experiment: Experiment, hit: Hit, trial: Trial | None, subject: str
     ) -> Finding:
         fix = self._dangling_fix(experiment) if hit.signature.label in RECORDS else PATH_FIX
+        message = (
+            f"{subject_name(experiment, trial)} could not load a checkpoint: {hit.evidence.excerpt}"
+        )
+        owner = _other_trial_owning(experiment, trial, hit)
+        if owner is not None:
+            message = sentence(message) + (
+                f" The checkpoint is trial {owner.trial_id}'s, not this trial's: a scheduler "
+                "that exploits (PBT, PB2) copies a better trial's checkpoint into another, and "
+                "this one was gone by then"
+            )
+            kept = [c.name for c in owner.checkpoints if c.exists]
+            if kept:
+                message += (
+                    f"; trial {owner.trial_id} keeps {', '.join(kept[-2:])}: Tune deletes older "
+                    "checkpoints when `CheckpointConfig(num_to_keep=...)` is set"
+                )
+            message += "."
+            fix = (
+                "With PBT or PB2, keep checkpoints long enough for an exploit to copy them: "
+                "raise `CheckpointConfig(num_to_keep=...)` (or leave it unset), and checkpoint "
+                "at least as often as `perturbation_interval`; then "
+                f"{resume_hint(experiment)}."
+            )
         return self.finding(
             experiment,
-            f"{subject_name(experiment, trial)} could not load a checkpoint: "
-            f"{hit.evidence.excerpt}",
+            message,
             fix,
             [hit.evidence],
             trial=trial,
@@ -209,3 +249,18 @@ class CheckpointMissing(Rule):
             subject=f"checkpoint:{experiment.path}:{trial.trial_id}",
             severity=Severity.WARNING,
         )
+
+
+def _other_trial_owning(experiment: Experiment, trial: Trial | None, hit: Hit) -> Trial | None:
+    """The trial whose dir holds the checkpoint a restore did not find, when that is not the
+    trial that restored it (Tune's "does not exist on storage anymore" names the path)."""
+    if hit.signature.label != RESTORE_GONE or trial is None or not hit.match.group(1):
+        return None
+    parts = hit.match.group(1).rstrip("/").split("/")
+    if len(parts) < 2:
+        return None
+    owner_dir = parts[-2]
+    for other in experiment.trials:
+        if other is not trial and other.name == owner_dir:
+            return other
+    return None

@@ -17,6 +17,35 @@ def test_retries_without_a_checkpoint_started_over(fixtures):
     assert "tune.get_checkpoint()" in finding["fix"]
 
 
+def test_pbt_exploit_of_a_checkpoint_num_to_keep_deleted(fixtures):
+    # Real Ray 2.60: PBT told one trial to restore another's checkpoint, which
+    # CheckpointConfig(num_to_keep=2) had deleted by then.
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_pbt_checkpoint_gone")))
+    assert code == 1
+    (finding,) = findings_of(report, "checkpoint-missing")
+    (errored,) = [t for t in report["trials"] if t["status"] == "ERROR"]
+    assert finding["trial_id"] == errored["trial_id"]
+    message = finding["message"]
+    assert "does not exist on storage anymore" in message
+    owner = message.split("The checkpoint is trial ")[1].split("'s")[0]
+    assert owner != errored["trial_id"], "names the trial the checkpoint came from"
+    missing = message.split("/checkpoint_")[1][:6]
+    kept = message.split(f"trial {owner} keeps ")[1].split(":")[0]
+    assert f"checkpoint_{missing}" not in kept and "checkpoint_" in kept
+    assert "num_to_keep" in finding["fix"] and "perturbation_interval" in finding["fix"]
+
+
+def test_a_restore_of_its_own_deleted_checkpoint_names_no_other_trial():
+    text = (
+        "ValueError: Could not recover from checkpoint as it does not exist on storage anymore. "
+        "Got storage fs type `local` and path: /home/ray/ray_results/exp/"
+        "train_model_eec2b_00003_3_lr=0.0500_2026-11-26_07-35-20/checkpoint_000008\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "checkpoint-missing")
+    assert "The checkpoint is trial" not in finding["message"]
+
+
 def test_train_v2_snapshot_names_a_deleted_checkpoint(fixtures, tmp_path):
     run = tmp_path / "train_v2_healthy"
     shutil.copytree(experiment_dir(fixtures, "train_v2_healthy"), run)

@@ -11,6 +11,7 @@ HEADLINES = {
     "tune_retries_exhausted": "retries-exhausted",
     "tune_sigkill": "oom-killed-by-os",
     "tune_worker_segfault": "trial-error",
+    "tune_pbt_checkpoint_gone": "checkpoint-missing",
     "tune_corrupt_checkpoint": "checkpoint-corrupt",
     "tune_driver_killed": "trial-incomplete",
     "tune_oom_memory_monitor": "oom-ray-memory-monitor",
