@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ray_doctor.model import Experiment, Failure, LogEvent, Trial
+from ray_doctor.model import Experiment, Failure, Layout, LogEvent, Trial
 
 # What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
 # absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
@@ -33,20 +33,39 @@ WORKER_DIED = re.compile(
 )
 # error.txt's actor block ("pid: 26386") and Ray's log prefix ("(trainable pid=26386)").
 _PID = re.compile(r"\bpid[:=]\s*(\d+)")
+# Ray Train V2's controller lists its workers: "- (ip=10.0.0.1, pid=4845) world_rank=1, ...".
+_WORKER_RANK = re.compile(r"\bpid=(\d+)\) world_rank=(\d+)")
 
 
 def crash_lines(experiment: Experiment, failure: Failure, trial: Trial | None) -> list[LogEvent]:
-    """The log lines of a crash of the worker whose death `failure` reports: lines of the
-    same trial, or of a process the failure names by pid. Empty when the failure is not a
-    worker's death, or no crash of that worker was read."""
-    text = failure.joined
-    if not WORKER_DIED.search(text):
+    """The log lines of a crash of a worker whose failure this is: when `failure` is Ray's word
+    for a worker's death, lines of the same trial or of a process it names by pid; in a Train
+    V2 run, lines of any of the run's workers (a rank that crashes takes the others'
+    collectives down with it: gloo's "Connection closed by peer", NCCL errors, and Train may
+    report those instead). Empty when no such crash was read."""
+    pids: set[int] = set()
+    ids: set[str] = set()
+    if WORKER_DIED.search(failure.joined):
+        pids = {int(pid) for pid in _PID.findall(failure.joined)}
+        ids = {trial.trial_id, trial.name} if trial is not None else set()
+    if experiment.layout == Layout.TRAIN_V2:
+        pids |= set(worker_ranks(experiment))
+    if not pids and not ids:
         return []
-    pids = {int(pid) for pid in _PID.findall(text)}
-    ids = {trial.trial_id, trial.name} if trial is not None else set()
     return [
         event
         for event in experiment.events
         if (event.pid in pids or (event.trial is not None and event.trial in ids))
         and CRASH.search(event.line)
     ]
+
+
+def worker_ranks(experiment: Experiment) -> dict[int, int]:
+    """Train workers' ranks by pid, from the controller's list of the workers it started."""
+    ranks: dict[int, int] = {}
+    for event in experiment.events:
+        if event.kind == "worker-rank":
+            match = _WORKER_RANK.search(event.line)
+            if match:
+                ranks[int(match[1])] = int(match[2])
+    return ranks

@@ -18,7 +18,7 @@ from ray_doctor.rules._base import (
     sentence,
     subject_name,
 )
-from ray_doctor.rules._crash import crash_lines
+from ray_doctor.rules._crash import crash_lines, worker_ranks
 from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
 
@@ -57,8 +57,10 @@ def _described(
     if not crash:
         return message, _fix(experiment, failure), evidence
     first = crash[0]
+    rank = worker_ranks(experiment).get(first.pid) if first.pid is not None else None
+    whose = f"Rank {rank}'s" if rank is not None else "Its"
     pid = f" (pid {first.pid})" if first.pid is not None else ""
-    message += f" Its worker process{pid} crashed: the log shows `{first.line.strip()[:200]}`."
+    message += f" {whose} worker process{pid} crashed: the log shows `{first.line.strip()[:200]}`."
     evidence += [event.source for event in crash[:3]]
     return message, _fix(experiment, failure, crashed=True), evidence
 

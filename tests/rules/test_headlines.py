@@ -16,6 +16,7 @@ HEADLINES = {
     "tune_driver_killed": "trial-incomplete",
     "tune_oom_memory_monitor": "oom-ray-memory-monitor",
     "train_v2_rank_failure": "trial-error",
+    "train_v2_worker_segfault": "trial-error",
     "train_v2_collective_timeout": "collective-timeout",
     "train_v1_error": "trial-error",
     "tune_state_dict_mismatch": "state-dict-mismatch",

@@ -52,6 +52,23 @@ def test_a_worker_that_crashed_is_named_with_the_crash_from_its_log(fixtures):
         assert not findings_of(report, "oom-killed-by-os"), "a crash, not a kill"
 
 
+def test_a_train_rank_that_crashed_is_named_beside_the_error_the_others_saw(fixtures):
+    # Real Ray 2.60 Train V2: rank 1 segfaulted; Train reports rank 0's gloo error first.
+    base = fixtures / "train_v2_worker_segfault"
+    log = (base / "driver.log").read_text()
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_worker_segfault")),
+        "--logs",
+        str(base / "driver.log"),
+    )
+    (finding,) = findings_of(report, "trial-error")
+    assert "Connection closed by peer" in finding["message"]
+    pid = finding["message"].split("Rank 1's worker process (pid ")[1].split(")")[0]
+    assert f"pid={pid}) world_rank=1" in log, "the pid the controller listed as rank 1"
+    assert "SIGSEGV received" in finding["message"]
+    assert "faulthandler" in finding["fix"]
+
+
 def test_a_worker_death_without_its_log_names_no_crash(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_worker_segfault")))
     assert "crashed" not in report["findings"][0]["message"]
