@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ray_doctor.model import Experiment, Failure, Layout, LogEvent, Trial
+from ray_doctor.rules._signature import search_events, signatures
 
 # What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
 # absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
@@ -54,10 +55,23 @@ def crash_lines(experiment: Experiment, failure: Failure, trial: Trial | None) -
         return []
     return [
         event
-        for event in experiment.events
-        if (event.pid in pids or (event.trial is not None and event.trial in ids))
-        and CRASH.search(event.line)
+        for event in _crash_events(experiment.events)
+        if event.pid in pids or (event.trial is not None and event.trial in ids)
     ]
+
+
+# The last events list's crash lines: asked once per failed trial, and a sweep's logs keep
+# tens of thousands of lines.
+_CRASHES: list = [None, -1, []]
+_CRASH_TABLE = signatures(("crash", CRASH.pattern))
+
+
+def _crash_events(events: list[LogEvent]) -> list[LogEvent]:
+    cached, length, crashes = _CRASHES
+    if cached is not events or length != len(events):
+        crashes = [hit.event for hit in search_events(_CRASH_TABLE, events)]
+        _CRASHES[:] = [events, len(events), crashes]
+    return crashes
 
 
 def worker_ranks(experiment: Experiment) -> dict[int, int]:
