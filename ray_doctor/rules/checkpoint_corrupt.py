@@ -70,6 +70,23 @@ CORRUPT = signatures(
         "_pickle.UnpicklingError: invalid load key, 'v'.",
     ),
     wording(
+        "legacy torch file damaged",
+        r"Invalid magic number; corrupt file\?|storage has wrong byte size: expected \d+ got \d+",
+        "torch.load of a pre-1.6 (non-zip) file (torch/serialization.py _legacy_load; "
+        "torch/csrc serialization)",
+        "torch 1.0-2.13",
+        "RuntimeError: Invalid magic number; corrupt file?",
+    ),
+    wording(
+        "TorchScript archive damaged",
+        r"Unexpected end of pickler archive|Expected PROTO opcode at the start of pickle archive|"
+        r"file in archive is not in a subdirectory",
+        "torch's C++ readers (torch/csrc/jit/serialization/unpickler.cpp, caffe2/serialize/"
+        "inline_container.cc): torch.jit.load, torch::load, a zip torch.save did not write",
+        "torch 1.x-2.13",
+        "RuntimeError: Unexpected end of pickler archive.",
+    ),
+    wording(
         "not a pickle (weights_only)",
         rf"Unsupported operand (?:{NOT_OPCODE})\b",
         "torch's weights_only unpickler (torch/_weights_only_unpickler.py) meeting a byte that "
@@ -101,7 +118,10 @@ CORRUPT = signatures(
 # What the first bytes say when the file is not a checkpoint at all: safetensors reads a
 # header length above its 100 MB cap, pickle meets 'v' (a git-lfs pointer: "version
 # https://git-lfs...") or '<' (an HTML page a download saved in place of the weights).
-NOT_A_CHECKPOINT = re.compile(r"HeaderTooLarge|invalid load key, '[v<]'")
+NOT_A_CHECKPOINT = re.compile(
+    r"HeaderTooLarge|invalid load key, '[v<]'|file in archive is not in a subdirectory|"
+    r"Expected PROTO opcode at the start of pickle archive"
+)
 
 
 class CheckpointCorrupt(SignatureRule):

@@ -46,9 +46,24 @@ GONE = signatures(
         "checkpoint loader: no file",
         r"Checkpoint \S+ not found!|(?:IOError|OSError): \S.* is not a checkpoint file",
     ),
-    # Tune's searchers on resume (tune/search/searcher.py restore_from_dir, Ray 1.x-2.x): no
-    # searcher-state file in the experiment dir.
-    ("searcher state missing", r"Searcher unable to find checkpoint in \S"),
+    # Tune's searchers on resume (tune/search/searcher.py restore_from_dir, Ray 1.x-2.x;
+    # basic_variant.py / search_generator.py "Unable to find checkpoint in"): no searcher-state
+    # file in the experiment dir.
+    ("searcher state missing", r"(?:Searcher u|RuntimeError: U)nable to find checkpoint in \S"),
+    # torch's loaders of a model file by path: torch.jit.load (torch/jit/_serialization.py) and
+    # the C++ file adapter (caffe2/serialize/file_adapter.cc) when fopen says ENOENT.
+    (
+        "model file missing",
+        r"The provided filename \S+ does not exist|"
+        r"open file failed because of errno 2 on fopen",
+    ),
+    # Ray's TorchCheckpoint without its model file (ray/train/torch/torch_checkpoint.py,
+    # Ray 2.x) and Tune asked for a trial's checkpoints when it has none
+    # (tune/analysis/experiment_analysis.py, Ray 1.0-2.60).
+    (
+        "Ray checkpoint holds no model",
+        r"`model\.pt` not found within this checkpoint|No checkpoints have been found for trial",
+    ),
     (
         "checkpoint path missing",
         r"(?:FileNotFoundError|No such file or directory).{0,600}"

@@ -48,6 +48,21 @@ UNREACHABLE = signatures(
         "there is no firewall setting preventing access.",
     ),
     wording(
+        "GCS unreachable",
+        # What follows the "Unable to connect to GCS" retries, and Ray's other readers of the
+        # GCS giving up (state API, dashboard, Ray 1.13's GCS client).
+        r"Could not (?:read|list) '[^']*' from GCS\. Did GCS start successfully\?|"
+        r"Failed to connect to Ray cluster at \S|"
+        r"Failed to connect to GCS\. Please check if the GCS server is running|"
+        r"Couldn't obtain the API server address from GCS|"
+        r"ERROR gcs_utils\.py:\d+ -- Connecting to gcs failed",
+        "ray.init / ray start (python/ray/_private/utils.py internal_kv_get_with_retry, "
+        "worker.py), the state API (_private/state.py), the dashboard's client (dashboard/"
+        "utils.py), Ray 1.13's gcs_utils.py",
+        "Ray 1.13-2.60",
+        "ConnectionError: Could not read 'session_name' from GCS. Did GCS start successfully?",
+    ),
+    wording(
         "GCS connect failed",
         # Ray 2.x's Node._init_gcs_client raises the bare sentence after its retries.
         r"Failed to connect to GCS\. Please check `?gcs_server\.out|"

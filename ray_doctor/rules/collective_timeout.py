@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import (
     Hit,
@@ -17,6 +17,11 @@ from ray_doctor.rules._signature import (
 )
 
 NCCL_WATCHDOG = "torch c10d ProcessGroupNCCL watchdog"
+# torchelastic's exit barrier: an agent whose workers finished waits for the others, and logs and
+# swallows the timeout ("Error waiting on exit barrier", torch/distributed/elastic/agent/server/
+# api.py): the job succeeded.
+EXIT_BARRIER_KEY = "/torchelastic/agent/terminal_state"
+EXIT_BARRIER = re.compile(rf"Error waiting on exit barrier|\bin _exit_barrier\b|{EXIT_BARRIER_KEY}")
 HANG = signatures(
     wording(
         "NCCL watchdog timeout",
@@ -29,7 +34,7 @@ HANG = signatures(
     ),
     wording(
         "NCCL work timed out",
-        r"WorkNCCL\(.*?\) timed out in call to wait|Timeout at NCCL work: \d+",
+        r"WorkNCCL\(.*?\) timed out in (?:call to wait|blocking wait)|Timeout at NCCL work: \d+",
         NCCL_WATCHDOG,
         "torch 1.9-2.13",
         "NCCL communicator was aborted on rank 1. Original reason for failure was: Work: "
@@ -69,7 +74,11 @@ HANG = signatures(
     ),
     wording(
         "monitored barrier",
-        r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms",
+        r"Rank (\d+) failed to pass monitoredBarrier in (\d+) ms|"
+        # Rank 0's own view (ProcessGroupGloo::monitoredBarrier): the ranks that did not come,
+        # or that it timed out waiting (torch 1.10-2.13).
+        r"Ranks [\d, ]+ failed to pass monitoredBarrier in \d+ ms|"
+        r"Rank \d+ timed out in monitoredBarrier after \d+ ms",
         "torch c10d ProcessGroupGloo::monitoredBarrier",
         "torch 1.9-2.13",
         "RuntimeError: Rank 1 failed to pass monitoredBarrier in 1800000 ms",
@@ -98,13 +107,39 @@ HANG = signatures(
     ),
     wording(
         "rendezvous",
-        r"RendezvousTimeoutError|DistStoreError: .*[Tt]imed? ?out|Socket Timeout|"
-        r"TCPStore.*[Tt]imed? ?out|wait timeout after \d+ms|"
+        # Not the keep-alive thread's warning naming the class ("due to an error of type
+        # RendezvousTimeoutError"), a `timeout=` field or a `TCPStore(..., timeout)` code line,
+        # nor the exit barrier's wait, which the agent logs and swallows.
+        r"(?<!an error of type )RendezvousTimeoutError|"
+        rf"DistStoreError: (?!{EXIT_BARRIER_KEY}).*?[Tt]imed? ?out\b(?!\s*=)(?!.*{EXIT_BARRIER_KEY})|"
+        r"Socket Timeout|TCPStore.*[Tt]imed out|"
+        rf"wait timeout after \d+ms(?!, keys: {EXIT_BARRIER_KEY})|"
         r"Timed out after \d+ seconds waiting for clients",
         "torch TCPStore / torchelastic rendezvous (torch/csrc/distributed/c10d/TCPStore.cpp)",
         "torch 1.x-2.13",
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 "
         "clients joined.",
+    ),
+    wording(
+        "gloo timeout",
+        r"\] (?:Read|Write|Connect) timeout \[|Application timeout caused pair closure",
+        "gloo's TCP transport (third_party/gloo/gloo/transport/tcp/pair.cc, unbound_buffer.cc): "
+        "a peer sent nothing within the process group's timeout, then every pair is closed",
+        "torch 1.x-2.13",
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Read timeout "
+        "[10.0.0.2]:41532",
+    ),
+    wording(
+        "rendezvous",
+        r"The client socket has timed out after \S+ while trying to connect to|"
+        r"TCP client failed to connect/validate to host \S+ - timed out|"
+        r"timed out waiting for all \d+ members to join|Timeout waiting for key: ",
+        "torch c10d clients reaching the store on MASTER_ADDR:MASTER_PORT (torch/csrc/"
+        "distributed/c10d/socket.cpp, TCPStore.cpp, FileStore.cpp) and torchelastic's "
+        "_check_full_rank (torch/distributed/elastic/utils/distributed.py)",
+        "torch 1.x-2.13",
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms "
+        "while trying to connect to (10.0.0.1, 29500).",
     ),
     wording(
         "rabit poll timeout",
@@ -172,6 +207,9 @@ class CollectiveTimeout(SignatureRule):
     specificity = Precedence.HANG
     example = "fixtures/train_v2_collective_timeout"
     signatures = HANG
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        return failure is not None and EXIT_BARRIER.search(failure.joined) is not None
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)

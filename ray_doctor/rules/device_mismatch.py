@@ -36,11 +36,33 @@ MISMATCH = signatures(
     ),
     wording(
         "input/weight type",
-        r"Input type \((\S+)\) and weight type \((\S+)\) should be the same",
+        # Only when one side is on the GPU and the other not: the same check compares dtypes
+        # too ("torch.cuda.HalfTensor" and "torch.cuda.FloatTensor" is a dtype mismatch).
+        r"Input type \(((?=[^)]*(?:cuda|CUDA))[^)]+)\) and weight type \(((?![^)]*(?:cuda|CUDA))[^)]+)\) "
+        r"should be the same|Input type \(((?![^)]*(?:cuda|CUDA))[^)]+)\) and weight type "
+        r"\(((?=[^)]*(?:cuda|CUDA))[^)]+)\) should be the same",
         "torch convolution (aten/src/ATen/native/Convolution.cpp)",
         "torch 1.0-2.13",
         "RuntimeError: Input type (torch.FloatTensor) and weight type "
         "(torch.cuda.FloatTensor) should be the same",
+    ),
+    wording(
+        "same device",
+        # ATen's and torch.distributed's other device checks, each naming both sides.
+        r"Expected tensor to have CUDA Backend, but got tensor with CPU Backend|"
+        r"Tensors must be CUDA and dense|No backend type associated with device type cpu|"
+        r"module must have its parameters and buffers on device \S+ \(device_ids\[0\]\) but "
+        r"found one of them on device|input module must be on the same type of devices|"
+        r"Tensors of the same index must be on the same device|"
+        r"Expected \w+ and \w+ to be on the same device, but found|"
+        r"expected device \S+ but got device \S+ for value tensor|"
+        r"Expected a '(?:cuda|cpu)' device type for generator but found",
+        "torch: ATen (TensorUtils.cpp checkBackend, index_put, linalg, Generator), c10d "
+        "(ProcessGroupNCCL, ProcessGroup::getBackend), nn.DataParallel / DDP, the fused and "
+        "foreach optimizers",
+        "torch 1.x-2.13",
+        "RuntimeError: module must have its parameters and buffers on device cuda:0 "
+        "(device_ids[0]) but found one of them on device: cpu",
     ),
     wording(
         "device type",

@@ -46,6 +46,16 @@ FULL = signatures(
         "required.",
     ),
     wording(
+        "Ray object store out of disk",
+        r"Out-of-disk: Failed to create object|Plasma fallback allocator failed, likely out of "
+        r"disk space|has no capacity, object creation will fail if spilling is required",
+        "Ray's raylet: the plasma store's create queue and fallback allocator (src/ray/"
+        "object_manager/plasma/create_request_queue.cc, object_lifecycle_manager.cc) and the "
+        "file system monitor (src/ray/common/file_system_monitor.cc)",
+        "Ray 1.13-2.60",
+        "Plasma fallback allocator failed, likely out of disk space.",
+    ),
+    wording(
         "Kubernetes eviction: disk",
         r"The node was low on resource: ephemeral-storage|"
         r"ephemeral local storage usage exceeds the total limit",

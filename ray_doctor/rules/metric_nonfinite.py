@@ -50,6 +50,16 @@ ANOMALY = signatures(
         "values:\ntensor([[nan, nan]])",
     ),
     wording(
+        "NaN reached a sampler or a solver",
+        r"invalid multinomial distribution \(encountering probability entry = infinity or NaN\)|"
+        r"The algorithm failed to converge because the input matrix contained non-finite values",
+        "torch: multinomial sampling (aten/src/ATen/native/cpu/MultinomialKernel.cpp) and the "
+        "linalg solvers (aten/src/ATen/native/BatchLinearAlgebra.cpp)",
+        "torch 1.x-2.13",
+        "RuntimeError: invalid multinomial distribution (encountering probability entry = "
+        "infinity or NaN)",
+    ),
+    wording(
         "searcher: objective returned NaN",
         r"objective function returned nan",
         "Optuna study (optuna/study/_optimize.py), through Ray Tune's OptunaSearch and FLAML",

@@ -130,7 +130,8 @@ RAY_MONITOR = signatures(
     ),
     wording(
         "RayOutOfMemoryError (heap limit)",
-        r"Heap memory usage for \S+ is [\d.]+ / [\d.]+ GiB limit",
+        # With the class: Ray 0.7-1.0 logs the same words as a warning at 80 % of the limit.
+        r"RayOutOfMemoryError: Heap memory usage for \S+ is [\d.]+ / [\d.]+ GiB limit",
         "Ray Python memory monitor (ray/memory_monitor.py)",
         "Ray 0.7-1.x",
         "ray.memory_monitor.RayOutOfMemoryError: Heap memory usage for ray_PPO_123 is "
@@ -198,6 +199,24 @@ CUDA = signatures(
         "cuBLAS through torch (aten/src/ATen/cuda/CublasHandlePool.cpp)",
         "torch 1.x-2.13",
         "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    ),
+    wording(
+        "CUDA library allocation failed",
+        r"CUDNN_STATUS_ALLOC_FAILED|CUFFT_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|"
+        r"CUSPARSE_STATUS_ALLOC_FAILED",
+        "cuDNN, cuFFT, cuSOLVER and cuSPARSE status names through torch's error checks "
+        "(aten/src/ATen/cudnn, native/cuda)",
+        "torch 1.x-2.13",
+        "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+    ),
+    wording(
+        "CUDA out of memory (cudaMallocAsync)",
+        r"Allocation on device \d+ would exceed allowed memory\. \(out of memory\)",
+        "torch's cudaMallocAsync allocator (c10/cuda/CUDAMallocAsyncAllocator.cpp, "
+        "PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync)",
+        "torch 2.0-2.13",
+        "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of "
+        "memory)",
     ),
     wording(
         "NCCL could not allocate GPU memory",
@@ -323,6 +342,14 @@ OS_KILL_CONFIRMED = signatures(
         "DeepSpeed 0.3-0.16; Python 3.x; findutils 4.x",
         "[launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py'] exits with "
         "return code = -9",
+    ),
+    wording(
+        "torch.multiprocessing: SIGKILL",
+        r"process \d+ terminated with signal SIGKILL",
+        "torch.multiprocessing.spawn's ProcessExitedException (torch/multiprocessing/spawn.py)",
+        "torch 1.x-2.13",
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal "
+        "SIGKILL",
     ),
     wording(
         "exit code 137",

@@ -87,6 +87,18 @@ IN_USE = signatures(
         "different port.",
     ),
     wording(
+        "Ray port taken (0.x-1.x)",
+        r"The given dashboard port \d+ is already in use|"
+        r"Port (\d+) specified by caller already in use|"
+        r"couldn't be started due to the port conflict",
+        "Ray 0.8-1.0's dashboard port check (services.py), its gRPC servers' fatal check "
+        "(src/ray/rpc/grpc_server.cc, 0.7-1.0) and the raylet's agent manager (agent_manager.cc, "
+        "1.13)",
+        "Ray 0.7-1.13",
+        "Check failed: PortNotInUse(port_) Port 46317 specified by caller already in use. Try "
+        "passing node_manager_port=... into ray.init() to pick a specific port",
+    ),
+    wording(
         LIGHTGBM_LABEL,
         r"Binding port (\d+) failed",
         "LightGBM's distributed network (src/network/linkers_socket.cpp, Linkers::TryBind: "

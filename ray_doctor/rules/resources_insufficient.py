@@ -60,7 +60,9 @@ WAITING = signatures(
     ),
     wording(
         "Tune: nothing started",
-        r"No trial is running and no new trial has been started within the last (\d+) seconds",
+        # Ray 1.13: "within at least the last 60.0 seconds".
+        r"No trial is running and no new trial has been started within (?:at least )?the last "
+        r"(\d+)(?:\.\d+)? seconds",
         TUNE_RESOURCES,
         "Ray 1.x-2.60",
         "No trial is running and no new trial has been started within the last 60 seconds. This "
@@ -92,7 +94,11 @@ WAITING = signatures(
     ),
     wording(
         "autoscaler",
-        r"No available node types can fulfill resource request (?!\{'node:)",
+        # v1 (one request) and v2 ("requests {...}*2", "placement group requests", "cluster
+        # constraint"); not a request for one node by name, nor a placement group's own
+        # bundle resources (ray/64452: those wait on the group, not on a node type).
+        r"No available node types can fulfill (?:resource requests? |placement group requests "
+        r"|cluster constraint: )(?!\{'node:)(?![^\n]*_group_)",
         "Ray autoscaler (python/ray/autoscaler/_private/resource_demand_scheduler.py)",
         "Ray 1.x-2.60",
         "Error: No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}. "
@@ -124,6 +130,28 @@ WAITING = signatures(
     ),
     # The node type exists but the cloud has none to give: the autoscaler logs the provider's
     # error code for each launch it tries (AWS EC2, GCE), and the request waits.
+    wording(
+        "raylet: unschedulable",
+        r"(?:Actor|Task)UnschedulableError: The (?:actor|task) is not schedulable|"
+        r"Cancelling infeasible tasks with resource shapes|"
+        r"cannot fit into any bundles for the placement group",
+        "Ray's raylet giving up on infeasible work (src/ray/raylet/scheduling/"
+        "cluster_task_manager.cc, RAY_enable_infeasible_task_early_exit; ray/exceptions.py) "
+        "and a task asking its placement group for more than a bundle holds "
+        "(ray/util/placement_group.py)",
+        "Ray 1.13-2.60",
+        "ray.exceptions.ActorUnschedulableError: The actor is not schedulable: Tasks or actors "
+        "with resource shapes [{GPU: 1, CPU: 1}] failed to schedule because there are not "
+        "enough resources for the tasks or actors on the whole cluster.",
+    ),
+    wording(
+        "Tune 0.x: paused trials cannot resume",
+        r"There are paused trials, but no more pending trials with sufficient resources",
+        "Tune's trial executor (ray/tune/trial_executor.py, trial_runner.py)",
+        "Ray 0.6-1.0",
+        "ray.tune.error.TuneError: There are paused trials, but no more pending trials with "
+        "sufficient resources.",
+    ),
     wording(
         CLOUD_CAPACITY,
         r"\bInsufficientInstanceCapacity\b|\bZONE_RESOURCE_POOL_EXHAUSTED\b",

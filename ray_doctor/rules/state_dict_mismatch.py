@@ -67,6 +67,24 @@ MISMATCH = signatures(
         "torch.Size([131661824]) for model.embed_tokens.weight",
     ),
     wording(
+        "distributed checkpoint keys",
+        r"Missing key in checkpoint state_dict: \S|An unexpected key, \S+, exists\. FQN is|"
+        r"\breq \S+ mismatch sizes torch\.Size",
+        "torch.distributed.checkpoint: the strict load planner (default_planner.py), "
+        "set_model_state_dict (state_dict.py), the filesystem reader (filesystem.py)",
+        "torch 1.13-2.13",
+        "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.mlp.gate_proj.weight.",
+    ),
+    wording(
+        "optimizer param groups",
+        r"loaded state dict contains a parameter group that doesn't match the size of "
+        r"optimizer's group|loaded state dict has a different number of parameter groups",
+        "torch.optim.Optimizer.load_state_dict (torch/optim/optimizer.py)",
+        "torch 1.0-2.13",
+        "ValueError: loaded state dict contains a parameter group that doesn't match the size of "
+        "optimizer's group",
+    ),
+    wording(
         "transformers size mismatch",
         r"You may consider adding `ignore_mismatched_sizes=True`",
         "Hugging Face transformers PreTrainedModel.from_pretrained",

@@ -40,7 +40,9 @@ UNREACHABLE = signatures(
     ),
     wording(
         "sync failed",
-        r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) .{0,80}(?:failed|timed out)|Could not upload checkpoint",
+        r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) .{0,80}(?:failed|timed out)|Could not upload checkpoint|"
+        # Tune 1.13's syncer giving up says only this (2.x adds the error on the next line).
+        r"Failed sync even after \d+ retries",
         "Ray Tune syncer (python/ray/tune/syncer.py, ray/train/_internal/syncer.py)",
         "Ray 1.x-2.60",
         "Syncing experiment checkpoint to cloud failed: timed out",
@@ -56,8 +58,13 @@ UNREACHABLE = signatures(
     ),
     wording(
         "object store denied",
+        # The names arrow's S3ErrorToString gives the AWS SDK's errors of access, credentials
+        # and reachability (cpp/src/arrow/filesystem/s3_internal.h).
         r"AWS Error (?:ACCESS_DENIED|NETWORK_CONNECTION|NO_SUCH_BUCKET|UNKNOWN|"
-        r"INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH)\b|Forbidden: 403|"
+        r"INVALID_ACCESS_KEY_ID|SIGNATURE_DOES_NOT_MATCH|INVALID_CLIENT_TOKEN_ID|"
+        r"MISSING_AUTHENTICATION_TOKEN|UNRECOGNIZED_CLIENT|REQUEST_EXPIRED|"
+        r"REQUEST_TIME_TOO_SKEWED|INVALID_SIGNATURE|SERVICE_UNAVAILABLE|THROTTLING|SLOW_DOWN|"
+        r"REQUEST_TIMEOUT|INTERNAL_FAILURE)\b|Forbidden: 403|"
         # The same errors as older pyarrow printed them, by the AWS SDK's number:
         # ACCESS_DENIED 15, SIGNATURE_DOES_NOT_MATCH 22, INVALID_ACCESS_KEY_ID 23,
         # NETWORK_CONNECTION 99, UNKNOWN 100 (NO_SUCH_KEY and the like are a path, not access).

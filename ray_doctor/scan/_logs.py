@@ -35,6 +35,9 @@ from ray_doctor.storage import Entry, LocalStorage, Storage, StorageError
 WORKER_PREFIX = re.compile(r"^\((?P<actor>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
 # An exception line standing alone must name a type with a message, e.g. `ValueError: bad`.
 STANDALONE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\([\w.]+\))?: \S")
+# A warning printed without its `file.py:N:` prefix ("UserWarning: TypedStorage is deprecated")
+# is no failure, whatever follows it; in a traceback, a warning raised as an error still is.
+STANDALONE_WARNING = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Warning: ")
 # Ray's log deduplication appends this to a line it has folded repeats of.
 DEDUP_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 RECORD_START = re.compile(
@@ -149,6 +152,9 @@ CAUSE_ANCHORS = (
     "disk quota",
     "disk is full",
     "outofdisk",
+    "out-of-disk",
+    "out of disk space",
+    "has no capacity",
     "% full",
     "file write failed",
     "unexpected pos",
@@ -158,6 +164,7 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
+    "paused trials",
     "resourcesunavailable",  # SkyPilot's ResourcesUnavailableError
     "resource_pool_exhausted",
     "is infeasible",
@@ -191,6 +198,11 @@ CAUSE_ANCHORS = (
     "gcs server",
     "running ray instance",
     "to redis at",
+    "from gcs",
+    "ray cluster at",
+    "gcs server is running",
+    "api server address",
+    "connecting to gcs",
     "to redis.",  # Ray 0.x: "Unable to connect to Redis. If the Redis instance is ..."
     "with redis",  # Ray 0.6: "... have not registered with Redis, so retrying"
     "start gcs",
@@ -212,6 +224,13 @@ CAUSE_ANCHORS = (
     "duplicate gpu",
     "expected device",
     "same device",
+    "buffers on device",
+    "cuda and dense",
+    "cuda backend",
+    "same type of devices",
+    "for generator",
+    "backend type associated",
+    "for value tensor",
     "device type",
     "weight type",
     "expected object of",
@@ -222,6 +241,12 @@ CAUSE_ANCHORS = (
     "ran out of input",
     "unpickling",
     "unsupported operand",  # torch's weights_only unpickler meeting a byte no pickle has
+    "magic number",
+    "wrong byte size",
+    "pickler archive",
+    "proto opcode",
+    "not in a subdirectory",
+    "parameter group",
     "load key",
     "state_dict",
     "size mismatch for",
@@ -336,7 +361,12 @@ BACKGROUND_CONTEXT = re.compile(r"^Exception in thread |^Exception ignored in")
 # and dashboard head start an optional Prometheus metrics server in a try/except that logs this
 # line (monitor.py, dashboard/head.py). Its ports are fixed (44217, 44227), so every second Ray
 # instance on a machine logs "Address already in use" here: not a port conflict of the run.
-HANDLED_BY_RAY = re.compile(r"An exception occurred while starting the metrics server")
+HANDLED_BY_RAY = re.compile(
+    r"An exception occurred while starting the metrics server|"
+    # The dashboard agent's metrics exporter or HTTP server failing to bind (Ray 1.13-2.20,
+    # metrics_agent.py, dashboard/agent.py): the agent and the run go on without them.
+    r"Agent will stay alive but disable"
+)
 
 # Tune's status block, as each reporter prints it: the trial counts ("Number of trials: 1/1 (1
 # PENDING)", tune/progress_reporter.py, Ray 0.8-2.60; "Trial status: 1 PENDING",
@@ -484,7 +514,12 @@ class _TextLogParser:
         elif FRAME.match(line):
             # A traceback pasted without its first line still starts with its frames.
             self._open(lineno, line, pid, header=False)
-        elif pid is None and STANDALONE_EXCEPTION.match(line) and is_exception_line(line):
+        elif (
+            pid is None
+            and STANDALONE_EXCEPTION.match(line)
+            and not STANDALONE_WARNING.match(line)
+            and is_exception_line(line)
+        ):
             # An exception line with no traceback (a pasted error, a logged `repr`): a failure
             # of its own, with its message lines.
             self._open(lineno, line, pid, header=False)

@@ -1,5 +1,6 @@
 """collective-timeout: a real gloo recv timeout in Ray Train V2, and NCCL's watchdog text."""
 
+import pytest
 from conftest import experiment_dir, findings_of, inspect_json
 
 NCCL_WATCHDOG = (
@@ -67,3 +68,52 @@ def test_flight_recorder_dump_signal_of_a_timeout():
     assert code == 1
     (finding,) = findings_of(report, "collective-timeout")
     assert "last enqueued work 747, last completed 715" in finding["message"]
+
+
+# Torch's own healthy lines that name a timeout (read in torch 1.13.1 and 2.13's sources).
+HEALTHY_TORCH_TIMEOUT_LINES = {
+    "a client's first connect retry": (
+        "[W1126 10:00:00.000 TCPStore.cpp:358] [c10d] TCP client failed to connect/validate to "
+        "host 10.0.0.1:29500 - retrying (try=0, timeout=1800000ms, delay=1312ms): Connection "
+        "refused"
+    ),
+    "the exit barrier the agent swallows": (
+        "torch.distributed.DistStoreError: wait timeout after 300000ms, keys: "
+        "/torchelastic/agent/terminal_state/last_member"
+    ),
+    "the keep-alive thread's warning": (
+        "The node 'n1_1' has failed to send a keep-alive heartbeat to the rendezvous 'job' due "
+        "to an error of type RendezvousTimeoutError."
+    ),
+    "a traceback's code line": "    tcp_store = TCPStore(hostname, port, world_size, False, timeout)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEALTHY_TORCH_TIMEOUT_LINES))
+def test_near_miss_torch_lines_that_only_name_a_timeout(name):
+    _, report = inspect_json("-", stdin=HEALTHY_TORCH_TIMEOUT_LINES[name] + "\n")
+    assert not findings_of(report, "collective-timeout"), name
+
+
+def test_exit_barrier_traceback_of_a_finished_job_is_no_hang():
+    text = (
+        "Local worker group finished (SUCCEEDED). Waiting 300 seconds for other agents to finish\n"
+        "Error waiting on exit barrier. Elapsed: 300.05 seconds\n"
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/torch/distributed/elastic/agent/server/api.py", line 1007, '
+        "in _exit_barrier\n"
+        "    store_util.barrier(\n"
+        "RuntimeError: Socket Timeout\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "collective-timeout")
+
+
+def test_the_master_unreachable_is_a_setup_timeout():
+    text = (
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800000ms "
+        "while trying to connect to (10.0.0.1, 29500).\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "collective-timeout")
+    assert "never finished setting up" in finding["message"]

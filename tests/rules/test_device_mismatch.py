@@ -37,3 +37,14 @@ def test_torch_1_x_device_numbers_wording():
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert report["findings"][0]["rule"] == "device-mismatch"
+
+
+def test_near_miss_conv_input_and_weight_of_two_dtypes_on_one_gpu():
+    # The same check compares dtypes: a half input for a float conv on one GPU is no device
+    # mismatch (torch/aten Convolution.cpp check_input_same_type_as_parameters).
+    text = (
+        "RuntimeError: Input type (torch.cuda.HalfTensor) and weight type "
+        "(torch.cuda.FloatTensor) should be the same\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "device-mismatch")

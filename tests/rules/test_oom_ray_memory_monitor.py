@@ -153,3 +153,13 @@ def test_the_node_table_in_the_session_logs_names_the_hog(fixtures, tmp_path):
     (finding,) = findings_of(report, "oom-ray-memory-monitor")
     assert "held by pid 20078" in finding["message"] and "3.12 GB" in finding["message"]
     assert "killed with it: ImplicitFunc" in finding["message"]
+
+
+def test_near_miss_ray_0x_heap_warning_at_80_percent():
+    # Ray 0.7-1.0's memory_monitor.py logs the raise's words as a warning at 80 % of the limit.
+    text = (
+        "2020-05-01 10:00:00,000\tWARNING memory_monitor.py:145 -- Heap memory usage for "
+        "ray_PPO_123 is 3.3 / 4.0 GiB limit\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "oom-ray-memory-monitor")

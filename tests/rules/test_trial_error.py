@@ -160,3 +160,30 @@ def test_near_miss_a_cause_in_the_log_speaks_alone():
     _, report = inspect_json("-", stdin=text)
     assert report["findings"][0]["rule"] == "oom-ray-memory-monitor"
     assert not any("the log says" in f["message"] for f in findings_of(report, "trial-error"))
+
+
+def test_near_miss_a_warning_without_its_file_prefix():
+    # Python prints "file.py:N: UserWarning: ..."; a log that lost the prefix still holds a
+    # warning, not an error (PBT's num_to_keep warning, torch's TypedStorage one).
+    text = (
+        "UserWarning: TypedStorage is deprecated. It will be removed in the future and "
+        "UntypedStorage will be the only storage class.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert not report["findings"]
+    assert code == 0
+
+
+def test_near_miss_an_agent_port_clash_ray_lives_with():
+    # Ray 1.13-2.20's dashboard agent: the metrics exporter cannot bind, the agent goes on.
+    text = (
+        "2024-01-01 10:00:00,000\tERROR metrics_agent.py:90 -- Failed to start prometheus stats "
+        "exporter. Agent will stay alive but disable the stats.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/ray/_private/metrics_agent.py", line 86, in __init__\n'
+        "    self.view_manager.register_exporter(stats_exporter)\n"
+        "OSError: [Errno 98] Address already in use\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert not report["findings"]
+    assert code == 0
