@@ -250,11 +250,8 @@ class SignatureRule(Rule):
         trial = _trial_of(experiment, hits) or self._victim(experiment, context)
         hit = Hit(hits[0].signature, hits[0].match, hits[0].evidence, None, trial, text=context)
         message, fix = self.explain(experiment, hit)
-        finished = all(
-            t.status == TrialStatus.TERMINATED and not t.never_started for t in experiment.trials
-        )
         severity = self.severity
-        if experiment.trials and finished and not experiment.failures:
+        if _all_finished(experiment) and not experiment.failures:
             # It happened, but every trial finished: worth knowing, not a failure.
             severity = Severity.WARNING if self.severity == Severity.ERROR else self.severity
             message += " Every trial still finished (Ray retried or the work was elsewhere)."
@@ -275,6 +272,22 @@ class SignatureRule(Rule):
             subject=subject,
             severity=severity,
         )
+
+
+# Tune's own words in a log that a trial finished, or that one did not.
+FINISHED_EVENTS = frozenset({"trial-completed"})
+UNFINISHED_EVENTS = frozenset({"trial-errored", "trial-task-failed", "trials-incomplete"})
+
+
+def _all_finished(experiment: Experiment) -> bool:
+    """Every trial finished: by their status, or, for a log that is all there is, by Tune's
+    lines (some trial completed, none errored or was left unfinished)."""
+    if experiment.trials:
+        return all(
+            t.status == TrialStatus.TERMINATED and not t.never_started for t in experiment.trials
+        )
+    kinds = {event.kind for event in experiment.events}
+    return bool(kinds & FINISHED_EVENTS) and not kinds & UNFINISHED_EVENTS
 
 
 def _trial_of(experiment: Experiment, hits: list[Hit]) -> Trial | None:

@@ -55,3 +55,25 @@ def test_near_miss_a_semaphore_in_shared_memory():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "disk-full")
+
+
+def test_a_log_whose_trials_all_completed_gets_a_warning_not_an_error(fixtures):
+    # Ray's disk monitor warns at 95 %; Tune's own lines then say every trial completed.
+    completed = [
+        line
+        for line in (fixtures / "tune_healthy" / "driver.log").read_text().splitlines()
+        if " completed after " in line
+    ]
+    text = "\n".join(
+        [
+            "(raylet) file_system_monitor.cc:111: /tmp/ray/session_latest is over 95% full, "
+            "available space: 1234; capacity: 100000. Object creation will fail if spilling is "
+            "required.",
+            *completed,
+        ]
+    )
+    code, report = inspect_json("-", stdin=text + "\n")
+    (finding,) = findings_of(report, "disk-full")
+    assert finding["severity"] == "warning"
+    assert "Every trial still finished" in finding["message"]
+    assert code == 0
