@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ray_doctor._literals import may_match
 from ray_doctor.model import Experiment, Failure, Layout, LogEvent, Trial
 from ray_doctor.rules._signature import search_events, signatures
 
@@ -46,7 +47,8 @@ def crash_lines(experiment: Experiment, failure: Failure, trial: Trial | None) -
     report those instead). Empty when no such crash was read."""
     pids: set[int] = set()
     ids: set[str] = set()
-    if WORKER_DIED.search(failure.joined):
+    # (The literal screen first: asked of every failed trial of a sweep.)
+    if may_match(WORKER_DIED, failure.joined) and WORKER_DIED.search(failure.joined):
         pids = {int(pid) for pid in _PID.findall(failure.joined)}
         ids = {trial.trial_id, trial.name} if trial is not None else set()
     if experiment.layout == Layout.TRAIN_V2:
