@@ -70,6 +70,14 @@ CORRUPT = signatures(
         "_pickle.UnpicklingError: invalid load key, 'v'.",
     ),
     wording(
+        "TensorFlow checkpoint checksum",
+        r"Checksum does not match: stored \d+ vs\. calculated on the restored bytes \d+",
+        "TensorFlow's tensor bundle reader (tensorflow/core/util/tensor_bundle/tensor_bundle.cc)",
+        "TensorFlow 1.x-2.x",
+        "DataLossError: Checksum does not match: stored 189470084 vs. calculated on the restored "
+        "bytes 1055297358",
+    ),
+    wording(
         "legacy torch file damaged",
         r"Invalid magic number; corrupt file\?|storage has wrong byte size: expected \d+ got \d+",
         "torch.load of a pre-1.6 (non-zip) file (torch/serialization.py _legacy_load; "

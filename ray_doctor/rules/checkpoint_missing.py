@@ -57,6 +57,9 @@ GONE = signatures(
         r"The provided filename \S+ does not exist|"
         r"open file failed because of errno 2 on fopen",
     ),
+    # darts' TorchForecastingModel.load_from_checkpoint (darts/models/forecasting/
+    # torch_forecasting_model.py): no checkpoint file by that prefix in the model's dir.
+    ("checkpoint by prefix missing", r"There is no file matching prefix \S+ in \S"),
     # Ray's TorchCheckpoint without its model file (ray/train/torch/torch_checkpoint.py,
     # Ray 2.x) and Tune asked for a trial's checkpoints when it has none
     # (tune/analysis/experiment_analysis.py, Ray 1.0-2.60).

@@ -142,6 +142,17 @@ HANG = signatures(
         "while trying to connect to (10.0.0.1, 29500).",
     ),
     wording(
+        "rendezvous",
+        r"gloo/http_store\.cc:\d+\] Wait timeout|Timed out waiting for tasks to start\. Please "
+        r"check connectivity between servers|DEADLINE_EXCEEDED: Barrier timed out\. Barrier_id",
+        "Horovod's gloo rendezvous (horovod/common/gloo/http_store.cc) and driver service "
+        "(horovod/runner/common/service/driver_service.py); JAX's coordination service barrier "
+        "(xla/tsl coordination_service)",
+        "Horovod 0.19-0.28; JAX 0.4",
+        "terminate called after throwing an instance of 'gloo::IoException'\n  what():  "
+        "[horovod/common/gloo/http_store.cc:53] Wait timeout for key(s): 0",
+    ),
+    wording(
         "rabit poll timeout",
         r"rabit/internal/socket\.h:\d+: Poll timeout",
         "XGBoost's rabit allreduce (rabit/include/rabit/internal/socket.h, PollHelper: "

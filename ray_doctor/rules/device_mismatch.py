@@ -56,7 +56,9 @@ MISMATCH = signatures(
         r"Tensors of the same index must be on the same device|"
         r"Expected \w+ and \w+ to be on the same device, but found|"
         r"expected device \S+ but got device \S+ for value tensor|"
-        r"Expected a '(?:cuda|cpu)' device type for generator but found",
+        r"Expected a '(?:cuda|cpu)' device type for generator but found|"
+        # MPS: an operand still on the CPU (aten/src/ATen/native/mps/OperationUtils.mm).
+        r"Placeholder storage has not been allocated on MPS device",
         "torch: ATen (TensorUtils.cpp checkBackend, index_put, linalg, Generator), c10d "
         "(ProcessGroupNCCL, ProcessGroup::getBackend), nn.DataParallel / DDP, the fused and "
         "foreach optimizers",

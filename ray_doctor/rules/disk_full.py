@@ -77,7 +77,8 @@ FULL = signatures(
     ),
     wording(
         "disk quota",
-        r"Disk quota exceeded|EDQUOT|\[Errno 122\]",
+        # TensorFlow's file writers lower-case the strerror ("disk quota exceeded [Op:SaveV2]").
+        r"[Dd]isk quota exceeded|EDQUOT|\[Errno 122\]",
         "the OS (EDQUOT) through Python OSError",
         "any",
         "OSError: [Errno 122] Disk quota exceeded",

@@ -82,7 +82,8 @@ NCCL = signatures(
     ),
     wording(
         "NCCL error",
-        r"NCCL error in: ([^,\s]+)",
+        # RCCL keeps NCCL's words; Ascend's torch_npu prints HCCL's.
+        r"NCCL error in: ([^,\s]+)|HCCL error in: ([^,\s]+)|DIST call hccl api failed",
         "torch c10d NCCL_CHECK (ProcessGroupNCCL.cpp, NCCLUtils.hpp)",
         "torch 1.0-2.13",
         "torch.distributed.DistBackendError: NCCL error in: "

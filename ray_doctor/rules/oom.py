@@ -210,6 +210,18 @@ CUDA = signatures(
         "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
     ),
     wording(
+        "TPU / XLA device memory exhausted",
+        r"Attempting to allocate [\d.]+[KMGT]?i?B?\. That was not possible\. There are "
+        r"[\d.]+[KMGT]?i?B? free|Ran out of memory in memory space hbm|"
+        r"RESOURCE_EXHAUSTED: Error allocating device buffer",
+        "the TPU runtime's and XLA's allocators (tensorflow/compiler/xla, libtpu) through "
+        "torch_xla, JAX and TensorFlow",
+        "torch_xla 1.x-2.x; JAX; TensorFlow 2.x",
+        "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer: "
+        "Attempting to allocate 129.50M. That was not possible. There are 78.17M free.; "
+        "(0x0x0_HBM0)",
+    ),
+    wording(
         "CUDA out of memory (cudaMallocAsync)",
         r"Allocation on device \d+ would exceed allowed memory\. \(out of memory\)",
         "torch's cudaMallocAsync allocator (c10/cuda/CUDAMallocAsyncAllocator.cpp, "
@@ -298,6 +310,22 @@ OS_KILL_CONFIRMED = signatures(
         "Kubernetes kubelet / container runtime (container status reason)",
         "Kubernetes 1.x",
         "    Last State:     Terminated\n      Reason:       OOMKilled\n      Exit Code:    137",
+    ),
+    wording(
+        "Colab: all RAM used",
+        r"Your session crashed after using all available RAM",
+        "Google Colab's notebook front end, when the runtime's kernel was killed for memory",
+        "Colab 2019-2026",
+        "Your session crashed after using all available RAM.",
+    ),
+    wording(
+        "YARN: container over its memory limit",
+        r"Container killed by YARN for exceeding memory limits",
+        "Spark on YARN reporting the NodeManager's container monitor (YarnAllocator: "
+        "ContainersMonitorImpl killed the container), through TensorFlowOnSpark, Ray on Spark",
+        "Spark 1.x-3.x",
+        "ERROR YarnClusterScheduler: Lost executor 9 on host: Container killed by YARN for "
+        "exceeding memory limits. 7.2 GB of 4.2 GB virtual memory used.",
     ),
     wording(
         "runc: container init OOM-killed",
@@ -394,6 +422,8 @@ MEMORY_WITNESS = {
     "Kubernetes OOMKilled": "Kubernetes says OOMKilled: the container's memory limit",
     "Kubernetes eviction: memory": "Kubernetes evicted the pod: the node was low on memory",
     "Slurm oom-kill event": "Slurm says so: the job's memory limit (cgroup)",
+    "YARN: container over its memory limit": "YARN says so: the container's memory limit",
+    "Colab: all RAM used": "Colab says so: the runtime used all of its RAM",
 }
 # Ray saying a worker died without a Python exception: SIGKILL or a crash, it cannot tell.
 OS_KILL_RAY = signatures(

@@ -145,6 +145,19 @@ WAITING = signatures(
         "enough resources for the tasks or actors on the whole cluster.",
     ),
     wording(
+        "Ray job: entrypoint resources",
+        r"Job supervisor actor failed to start within [\d.]+ seconds\..{0,200}job entrypoint's "
+        r"specified resources",
+        "Ray's job manager, only when the job asked for entrypoint resources "
+        "(python/ray/dashboard/modules/job/job_manager.py)",
+        "Ray 2.9-2.60",
+        "Job supervisor actor failed to start within 900.0 seconds. This timeout can be "
+        "configured by setting the environment variable RAY_JOB_START_TIMEOUT_SECONDS. This may "
+        "be because the job entrypoint's specified resources (entrypoint_num_cpus, "
+        "entrypoint_num_gpus, entrypoint_resources, entrypoint_memory)aren't available on the "
+        "cluster.",
+    ),
+    wording(
         "Tune 0.x: paused trials cannot resume",
         r"There are paused trials, but no more pending trials with sufficient resources",
         "Tune's trial executor (ray/tune/trial_executor.py, trial_runner.py)",

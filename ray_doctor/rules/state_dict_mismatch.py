@@ -76,6 +76,16 @@ MISMATCH = signatures(
         "RuntimeError: Missing key in checkpoint state_dict: model.layers.0.mlp.gate_proj.weight.",
     ),
     wording(
+        "TensorFlow restore: graph and checkpoint differ",
+        r"Restoring from checkpoint failed\. This is most likely due to a mismatch between the "
+        r"current graph and the graph from the checkpoint|Assign requires shapes of both "
+        r"tensors to match\. lhs shape= \[[^]]*\] rhs shape= \[",
+        "TensorFlow 1.x Saver.restore (tensorflow/python/training/saver.py) and its Assign op",
+        "TensorFlow 1.13-2.x",
+        "InvalidArgumentError: Restoring from checkpoint failed. This is most likely due to a "
+        "mismatch between the current graph and the graph from the checkpoint.",
+    ),
+    wording(
         "optimizer param groups",
         r"loaded state dict contains a parameter group that doesn't match the size of "
         r"optimizer's group|loaded state dict has a different number of parameter groups",

@@ -40,7 +40,9 @@ UNREACHABLE = signatures(
     ),
     wording(
         "sync failed",
-        r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) .{0,80}(?:failed|timed out)|Could not upload checkpoint|"
+        # (Not a device's: Ascend's runtime says "Sync get device msg failed".)
+        r"(?:[Ss]ync(?:ing)?|[Uu]pload(?:ing)?) (?:(?!device)[^\n]){0,80}?(?:failed|timed out)|"
+        r"Could not upload checkpoint|"
         # Tune 1.13's syncer giving up says only this (2.x adds the error on the next line).
         r"Failed sync even after \d+ retries",
         "Ray Tune syncer (python/ray/tune/syncer.py, ray/train/_internal/syncer.py)",

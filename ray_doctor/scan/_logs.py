@@ -86,6 +86,11 @@ CAUSE_ANCHORS = (
     "heap memory",
     "resource_exhausted",
     "resourceexhausted",  # TensorFlow's ResourceExhaustedError
+    "that was not possible",  # the TPU runtime's "Attempting to allocate ... That was not ..."
+    "memory space hbm",
+    "allocating device buffer",
+    "killed by yarn",
+    "all available ram",
     "alloc_failed",
     "cannot allocate memory",
     "memoryallocation",
@@ -242,6 +247,15 @@ CAUSE_ANCHORS = (
     "unpickling",
     "unsupported operand",  # torch's weights_only unpickler meeting a byte no pickle has
     "magic number",
+    "checksum does not match",
+    "restoring from checkpoint failed",
+    "assign requires shapes",
+    "hccl",
+    "placeholder storage",
+    "http_store",
+    "tasks to start",
+    "barrier timed out",
+    "job supervisor actor failed",
     "wrong byte size",
     "pickler archive",
     "proto opcode",

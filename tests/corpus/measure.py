@@ -29,7 +29,7 @@ UNCLAIMED = {None, "trial-error"}
 # (a driver bug behind a watchdog timeout, a library regression behind a device mismatch);
 # tests/corpus/README.md lists them. The floors sit under what is measured, which the per-case
 # test below guards exactly.
-FLOORS = {"cause_found": 0.92, "headline_right": 0.92, "other_unclaimed": 0.90}
+FLOORS = {"cause_found": 0.91, "headline_right": 0.91, "other_unclaimed": 0.90}
 # Every case outside this list must pass: a floor alone would let a new case's win hide an old
 # case's regression.
 KNOWN_MISSES_FILE = Path(__file__).resolve().parent / "known_misses.txt"
