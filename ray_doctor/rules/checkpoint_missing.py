@@ -105,7 +105,8 @@ class CheckpointMissing(Rule):
         resume fails with "The run snapshot contains a reference to a checkpoint that does not
         exist anymore"; or a Tune trial told to restore a checkpoint fails with "Could not
         recover from checkpoint as it does not exist on storage anymore" (with PBT / PB2, a
-        checkpoint of another trial, deleted by `num_to_keep` before the exploit copied it); or the code that loads a checkpoint finds no file at its path
+        checkpoint of another trial, deleted by `num_to_keep` before the exploit copied it);
+        or the code that loads a checkpoint finds no file at its path
         (`FileNotFoundError` on a `.pth` / `.ckpt` / `.safetensors` or `checkpoint_*` path,
         Lightning's "Checkpoint file not found", fvcore's "Checkpoint ... not found!", mmcv's
         "... is not a checkpoint file").
