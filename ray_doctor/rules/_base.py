@@ -159,6 +159,15 @@ def time_budget(experiment: Experiment) -> Evidence | None:
     return None
 
 
+def own_stop_all(experiment: Experiment) -> Evidence | None:
+    """The experiment state records a stopper of the user's own with a `stop_all`, which ends
+    every trial, started or not, when it returns True."""
+    if "custom stop_all" not in str(experiment.runner.get("_stopper_classes", "")):
+        return None
+    where = f"{experiment.path}/{experiment.state_file}" if experiment.state_file else ""
+    return Evidence(where, None, "runner_data._stopper: a Stopper class of its own with stop_all")
+
+
 def trial_subject(experiment: Experiment, trial: Trial) -> str:
     return f"trial:{experiment.path}:{trial.trial_id}"
 

@@ -33,6 +33,11 @@ WORKER_DIED = re.compile(
     r"The actor died unexpectedly|The actor is dead because its worker process has died|"
     r"The worker died unexpectedly|Worker unexpectedly exits|Worker exits unexpectedly"
 )
+# Ray's exit detail for a worker that ended by itself with a status (sys.exit, os._exit, a
+# library calling exit()): a signal has no exit code, and Ray says "exit code None" for it.
+SELF_EXIT = re.compile(r"Worker exits with an exit code (\d+)\b")
+# The same, less 137 (128 + SIGKILL, as a wrapper reports a kill).
+SELF_EXIT_NOT_KILL = re.compile(r"Worker exits with an exit code (?!137\b)\d+\b")
 # error.txt's actor block ("pid: 26386") and Ray's log prefix ("(trainable pid=26386)").
 _PID = re.compile(r"\bpid[:=]\s*(\d+)")
 # Ray Train V2's controller lists its workers: "- (ip=10.0.0.1, pid=4845) world_rank=1, ...".

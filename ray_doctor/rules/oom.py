@@ -11,12 +11,13 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._crash import CRASH
+from ray_doctor.rules._crash import CRASH, SELF_EXIT_NOT_KILL
 from ray_doctor.rules._memory_hog import describe, may_attribute, os_victim
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
     any_line,
+    ended_by,
     event_lines,
     first_group,
     first_match,
@@ -463,6 +464,13 @@ OS_KILL_RAY = signatures(
 OS_KILL = OS_KILL_CONFIRMED + OS_KILL_RAY
 
 
+def _exited_by_itself(experiment: Experiment, failure: Failure | None) -> bool:
+    """Ray says the dead worker exited with a status: it was not killed. For a log line that
+    names no worker, the run's failures say it."""
+    failures = [failure] if failure is not None else [f for _, f, _ in ended_by(experiment)]
+    return any(SELF_EXIT_NOT_KILL.search(f.joined) for f in failures)
+
+
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
     if failure is not None and search(RAY_MONITOR, failure):
         return True
@@ -658,7 +666,11 @@ class OomKilledByOs(SignatureRule):
         joined = "\n".join(texts)
         confirmed = [sig for sig in OS_KILL_CONFIRMED if any_line(sig.pattern, texts, joined)]
         if not confirmed:
-            return any_line(CRASH, texts, joined)
+            return (
+                any_line(CRASH, texts, joined)
+                or any_line(SELF_EXIT_NOT_KILL, texts, joined)
+                or _exited_by_itself(experiment, failure)
+            )
         # A SIGKILL after the user interrupted the run (an IDE's stop button: "Process finished
         # with exit code 137" after a KeyboardInterrupt) is the user's, unless a kernel,
         # container or scheduler says memory ran out.

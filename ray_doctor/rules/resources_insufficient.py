@@ -23,6 +23,7 @@ TUNE_RESOURCES = (
     "Ray Tune insufficient-resources manager (tune/execution/insufficient_resources_manager.py)"
 )
 CLOUD_CAPACITY = "autoscaler: the cloud is out of capacity"
+TRIAL_CHILD = "a trial's task or actor has no resources in its placement group"
 WAITING = signatures(
     wording(
         "Tune: insufficient resources",
@@ -156,6 +157,15 @@ WAITING = signatures(
         "be because the job entrypoint's specified resources (entrypoint_num_cpus, "
         "entrypoint_num_gpus, entrypoint_resources, entrypoint_memory)aren't available on the "
         "cluster.",
+    ),
+    wording(
+        TRIAL_CHILD,
+        r"No trial resources are available for launching the (task|actor) `([^`]+)`",
+        "Ray Tune / Train's session refusing a task or actor a trial starts outside its "
+        "placement group (ray/tune/trainable/session.py, ray/train/_internal/session.py)",
+        "Ray 2.0-2.60",
+        "RuntimeError: No trial resources are available for launching the task "
+        "`train.load_shard`. To resolve this, specify the Tune option:",
     ),
     wording(
         "Tune 0.x: paused trials cannot resume",
@@ -479,6 +489,18 @@ class ResourcesInsufficient(SignatureRule):
         if pending:
             message += f". {len(pending)} trial(s) are still PENDING on storage"
         message += "."
+        if hit.signature.label == TRIAL_CHILD:
+            kind, name = hit.match.group(1), hit.match.group(2)
+            message = (
+                f"{who} started a {kind} (`{name}`) that its placement group has no resources "
+                f"for: Tune refused to launch it ({hit.evidence.excerpt})."
+            )
+            return message, (
+                "A trial runs inside its own placement group, so the tasks and actors it starts "
+                "need room reserved there: give the trainable extra bundles, "
+                "`tune.with_resources(trainable, tune.PlacementGroupFactory([{'CPU': 1}] + "
+                "[{'CPU': 1}] * N))` for N of them, or run that work in the trial's own process."
+            )
         if hit.signature.label == CLOUD_CAPACITY:
             return message, (
                 "The cloud had no instance of that type to give: let the autoscaler try other "

@@ -18,7 +18,7 @@ from ray_doctor.rules._base import (
     sentence,
     subject_name,
 )
-from ray_doctor.rules._crash import crash_lines, worker_ranks
+from ray_doctor.rules._crash import SELF_EXIT, crash_lines, worker_ranks
 from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
 
@@ -46,6 +46,15 @@ def _fix(experiment: Experiment, failure: Failure | None, crashed: bool = False)
     )
 
 
+def _exit_fix(experiment: Experiment) -> str:
+    return (
+        "Find the exit in the training function or a library it calls (argparse exits with 2 on "
+        "arguments it does not know: a `parse_args()` inside the trainable reads the worker's "
+        "own command line) and raise an exception there instead, so Ray records it; then "
+        f"{resume_hint(experiment)}."
+    )
+
+
 def _described(
     experiment: Experiment, failure: Failure, trial: Trial | None
 ) -> tuple[str, str, list[Evidence]]:
@@ -54,6 +63,13 @@ def _described(
     message = sentence(f"{describe_ranks(failure)} with {failure.summary}{describe_frame(failure)}")
     evidence = failure_evidence(failure)
     crash = crash_lines(experiment, failure, trial)
+    exited = SELF_EXIT.search(failure.joined) if not crash else None
+    if exited is not None:
+        message += (
+            f' Its worker process exited by itself with code {exited[1]} (Ray: "{exited[0]}"), '
+            "not by a signal: `sys.exit()`, `os._exit()` or a library calling `exit()`."
+        )
+        return message, _exit_fix(experiment), evidence
     if not crash:
         return message, _fix(experiment, failure), evidence
     first = crash[0]

@@ -14,6 +14,7 @@ from ray_doctor.rules._base import (
     Severity,
     failure_evidence,
     failure_subject,
+    own_stop_all,
     stop_subject,
     time_budget,
 )
@@ -117,8 +118,16 @@ class TrialIncomplete(Rule):
             f"({breakdown}: {names}). "
         )
         interrupted = next((e for e in stop_events if e.kind == "interrupted"), None)
-        budget = time_budget(experiment) if counts["TERMINATED before starting"] else None
-        if budget is not None:
+        before_start = counts["TERMINATED before starting"]
+        budget = time_budget(experiment) if before_start else None
+        stopper = own_stop_all(experiment) if before_start and budget is None else None
+        if stopper is not None:
+            message += (
+                "The experiment's own stopper ended the run while they waited (its `stop_all()` "
+                "returned True); Tune marks such trials TERMINATED though they never ran"
+            )
+            stop_events.append(LogEvent("stopper", stopper))
+        elif budget is not None:
             # Tune ends the trials still waiting (for resources, or their turn) TERMINATED.
             message += (
                 "The experiment's time budget ended the run while they waited; Tune marks such "

@@ -170,6 +170,7 @@ CAUSE_ANCHORS = (
     "cannot currently be sch",
     "no available node types",
     "paused trials",
+    "no trial resources",
     "resourcesunavailable",  # SkyPilot's ResourcesUnavailableError
     "resource_pool_exhausted",
     "is infeasible",
@@ -375,6 +376,10 @@ BACKGROUND_CONTEXT = re.compile(r"^Exception in thread |^Exception ignored in")
 # and dashboard head start an optional Prometheus metrics server in a try/except that logs this
 # line (monitor.py, dashboard/head.py). Its ports are fixed (44217, 44227), so every second Ray
 # instance on a machine logs "Address already in use" here: not a port conflict of the run.
+# Ray's atomic writes go through ".<uuid>-tmp-..." files it renames into place; a sync that
+# lists the dir before the rename and copies after finds one gone (Ray 2.60 logs it as a failed
+# experiment-state save and writes the state again right after).
+RAY_TEMP_FILE = re.compile(r"/\.[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-tmp-")
 HANDLED_BY_RAY = re.compile(
     r"An exception occurred while starting the metrics server|"
     # The dashboard agent's metrics exporter or HTTP server failing to bind (Ray 1.13-2.20,
@@ -596,6 +601,8 @@ class _TextLogParser:
         recent = self.block_context[-2:]
         if any(HANDLED_BY_RAY.search(text) for text in recent[-1:]):
             return
+        if failure.exc_type == "FileNotFoundError" and RAY_TEMP_FILE.search(failure.message):
+            return  # Ray's own temp file, renamed away while a sync copied the dir: a race
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
         claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
         if background or (self.block_pid is not None and not claimed):

@@ -72,6 +72,9 @@ STOPPER_NAMES = re.compile(
 )
 
 
+CUSTOM_STOP_ALL = "custom stop_all"
+
+
 def pickled_class_names(value: Any) -> list[str]:
     """The known stopper classes named inside a CLOUDPICKLE_FALLBACK value (hex pickle)."""
     if not (isinstance(value, dict) and value.get("_type") == "CLOUDPICKLE_FALLBACK"):
@@ -80,7 +83,12 @@ def pickled_class_names(value: Any) -> list[str]:
         raw = bytes.fromhex(str(value.get("value", "")))
     except ValueError:
         return []
-    return sorted({m.decode() for m in STOPPER_NAMES.findall(raw)})
+    names = {m.decode() for m in STOPPER_NAMES.findall(raw)}
+    # A class of the user's travels by value (as a _make_skeleton_class call) with its
+    # methods' names: one with its own stop_all can end the whole experiment.
+    if b"_make_skeleton_class" in raw and b"stop_all" in raw:
+        names.add(CUSTOM_STOP_ALL)
+    return sorted(names)
 
 
 def _runner_items(data: dict[str, Any]) -> dict[str, Any]:

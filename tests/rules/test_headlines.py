@@ -12,6 +12,7 @@ HEADLINES = {
     "tune_sigkill": "oom-killed-by-os",
     "tune_worker_segfault": "trial-error",
     "tune_pbt_checkpoint_gone": "checkpoint-missing",
+    "tune_stopper_stop_all": "trial-incomplete",
     "tune_corrupt_checkpoint": "checkpoint-corrupt",
     "tune_driver_killed": "trial-incomplete",
     "tune_oom_memory_monitor": "oom-ray-memory-monitor",

@@ -247,3 +247,15 @@ def test_a_train_v1_run_is_told_about_the_trainers_own_cpu(fixtures, tmp_path):
     )
     (finding,) = findings_of(report, "resources-insufficient")
     assert 'trainer_resources={"CPU": 0}' in finding["fix"]
+
+
+def test_a_task_a_trial_starts_outside_its_placement_group():
+    # Ray 2.60's error.txt line when a trial's function calls a remote task (a real run).
+    text = (
+        "RuntimeError: No trial resources are available for launching the task "
+        "`drv5.load_shard`. To resolve this, specify the Tune option:\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "started a task (`drv5.load_shard`)" in finding["message"]
+    assert "PlacementGroupFactory" in finding["fix"]

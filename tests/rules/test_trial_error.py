@@ -187,3 +187,28 @@ def test_near_miss_an_agent_port_clash_ray_lives_with():
     code, report = inspect_json("-", stdin=text)
     assert not report["findings"]
     assert code == 0
+
+
+# The end of Ray 2.60's driver log for a trial whose function called sys.exit(3) (a real run).
+SELF_EXIT_TEXT = """\
+ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.
+\tclass_name: ImplicitFunc
+\tactor_id: 6f327c40b857158c4a97396701000000
+\tpid: 10621
+\tnamespace: 9de91210-e255-4800-a524-afadca92f5f0
+\tip: 192.0.2.2
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker \
+exit detail: Worker exits unexpectedly. Worker exits with an exit code 3.
+"""
+
+
+def test_a_worker_that_exited_by_itself_is_not_called_killed():
+    raylet = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system "
+        "error. To troubleshoot the problem, check the logs for the dead worker.\n"
+    )
+    _, report = inspect_json("-", stdin=raylet + SELF_EXIT_TEXT)
+    assert not findings_of(report, "oom-killed-by-os"), "an exit code is no kill"
+    (finding,) = findings_of(report, "trial-error")
+    assert "exited by itself with code 3" in finding["message"]
+    assert "argparse" in finding["fix"]

@@ -39,3 +39,21 @@ def test_a_time_budget_that_ended_trials_before_they_started(fixtures):
     assert "2 TERMINATED before starting" in finding["message"]
     assert "time budget" in finding["message"]
     assert any("TimeoutStopper" in e["excerpt"] for e in finding["evidence"])
+
+
+def test_trials_a_stop_all_stopper_ended_before_they_ran(fixtures):
+    # Real Ray 2.60: a Stopper of the user's own whose stop_all() is True from the start.
+    base = fixtures / "tune_stopper_stop_all"
+    code, report = inspect_json(
+        str(experiment_dir(fixtures, "tune_stopper_stop_all")), "--logs", str(base / "driver.log")
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "trial-incomplete")
+    assert "own stopper ended the run" in finding["message"]
+    assert "The driver stopped" not in finding["message"]
+    assert any("stop_all" in e["excerpt"] for e in finding["evidence"])
+    # Ray's own race in the same log (a temp file renamed away while it synced the state,
+    # written again right after) is no storage failure and no failure of the run.
+    assert "Failed to open local file" in (base / "driver.log").read_text()
+    assert [f["rule"] for f in report["findings"]] == ["trial-incomplete"]
+    assert not [r for f in report["findings"] for r in f["related"]]
