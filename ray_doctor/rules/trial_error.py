@@ -21,9 +21,30 @@ from ray_doctor.rules._base import (
 from ray_doctor.rules._crash import SELF_EXIT, crash_lines, worker_ranks
 from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
+# Ray's Trainable raises a bare NotImplementedError from these when a class Trainable lacks them
+# and Tune needs to save or restore it (ray/tune/trainable/trainable.py).
+CHECKPOINT_HOOKS = ("save_checkpoint", "load_checkpoint")
+
+
+def _missing_hook(failure: Failure | None) -> str | None:
+    if failure is None or failure.exc_type != "NotImplementedError" or not failure.frames:
+        return None
+    innermost = failure.frames[-1]
+    in_ray = "ray/tune/" in innermost.file.replace("\\", "/")
+    return innermost.function if in_ray and innermost.function in CHECKPOINT_HOOKS else None
+
 
 def _fix(experiment: Experiment, failure: Failure | None, crashed: bool = False) -> str:
     resume = resume_hint(experiment)
+    hook = _missing_hook(failure)
+    if hook is not None:
+        return (
+            f"Tune called `{hook}` of a class Trainable that does not define it: it saves a "
+            "trial to pause it (a scheduler, more trials than resources), for PBT, and for "
+            "`CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=True)`. Implement "
+            "`save_checkpoint(self, checkpoint_dir)` and `load_checkpoint(self, checkpoint_dir)`, "
+            f"then {resume}."
+        )
     if crashed:
         return (
             "A crash (a signal such as SIGSEGV or SIGABRT, most often from native code: a C/C++ "
@@ -60,7 +81,11 @@ def _described(
 ) -> tuple[str, str, list[Evidence]]:
     """What the finding says after "... failed", its fix and evidence: the exception, and the
     crash that killed the worker when the exception is Ray's word for a worker's death."""
-    message = sentence(f"{describe_ranks(failure)} with {failure.summary}{describe_frame(failure)}")
+    frame = describe_frame(failure)
+    hook = _missing_hook(failure)
+    if hook is not None and not frame:
+        frame = f" (raised by Ray's `Trainable.{hook}`: the class does not define it)"
+    message = sentence(f"{describe_ranks(failure)} with {failure.summary}{frame}")
     evidence = failure_evidence(failure)
     crash = crash_lines(experiment, failure, trial)
     exited = SELF_EXIT.search(failure.joined) if not crash else None
@@ -113,7 +138,9 @@ class TrialError(Rule):
         checkpoint) or `restart_errored=True` (start them over). If the error is transient,
         `FailureConfig(max_failures=N)` lets Tune retry it. For a crash: read the whole crash in
         the worker's `worker-*.err` log and run the trial's code outside Ray with
-        `python -X faulthandler` to see the native stack.
+        `python -X faulthandler` to see the native stack. A bare `NotImplementedError` from
+        Ray's `Trainable.save_checkpoint` / `load_checkpoint` means a class Trainable Tune had
+        to save lacks them: implement both.
     References:
         - https://docs.ray.io/en/latest/tune/tutorials/tune-fault-tol.html
         - https://docs.ray.io/en/latest/tune/api/doc/ray.tune.Tuner.restore.html

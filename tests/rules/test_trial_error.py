@@ -212,3 +212,22 @@ def test_a_worker_that_exited_by_itself_is_not_called_killed():
     (finding,) = findings_of(report, "trial-error")
     assert "exited by itself with code 3" in finding["message"]
     assert "argparse" in finding["fix"]
+
+
+def test_a_class_trainable_without_save_checkpoint():
+    # Ray 2.60's error.txt of a class Trainable Tune had to save (a real run; paths neutral).
+    text = """\
+Failure # 1 (occurred at 2026-11-26_09-03-37)
+ray::Cls.save() (pid=10985, ip=192.0.2.2, actor_id=12769b57d8c693083265b04e01000000)
+  File "/home/ray/anaconda3/lib/python3.11/site-packages/ray/tune/trainable/trainable.py", \
+line 485, in save
+    checkpoint_dict_or_path = self.save_checkpoint(checkpoint_dir)
+  File "/home/ray/anaconda3/lib/python3.11/site-packages/ray/tune/trainable/trainable.py", \
+line 869, in save_checkpoint
+    raise NotImplementedError
+NotImplementedError
+"""
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "trial-error")
+    assert "`Trainable.save_checkpoint`: the class does not define it" in finding["message"]
+    assert "load_checkpoint(self, checkpoint_dir)" in finding["fix"]
