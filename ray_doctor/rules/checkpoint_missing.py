@@ -22,7 +22,13 @@ GONE = signatures(
         "snapshot names a missing checkpoint",
         r"contains a reference to a checkpoint that does not exist anymore",
     ),
-    ("checkpoint manager init", r"CheckpointManagerInitializationError"),
+    # Not when Ray says why: a snapshot saved by another Ray version (checkpoint_manager.py,
+    # Ray 2.4x-2.60) is no missing checkpoint.
+    (
+        "checkpoint manager init",
+        r"CheckpointManagerInitializationError(?![^\n]*snapshot saved with (?:Ray version|an "
+        r"unknown Ray version))",
+    ),
     # Tune's Trainable.restore (ray/tune/trainable/trainable.py, Ray 2.7-2.60): the checkpoint
     # a trial is told to restore was deleted first, typically by `num_to_keep` while PBT was
     # about to copy it into another trial.

@@ -189,3 +189,17 @@ def test_tunes_searcher_state_missing_on_resume_is_read_from_its_log_line():
     _, report = inspect_json("-", stdin=text)
     (finding,) = findings_of(report, "checkpoint-missing")
     assert "Searcher unable to find checkpoint" in finding["message"]
+
+
+def test_near_miss_a_snapshot_of_another_ray_version():
+    # Ray 2.60 raises the same class when the snapshot was saved by another Ray version
+    # (ray/train/v2/_internal/execution/checkpoint/checkpoint_manager.py).
+    text = (
+        "ray.train.v2._internal.exceptions.CheckpointManagerInitializationError: You are loading "
+        "a checkpoint manager snapshot saved with Ray version 2.50.1 but you are running Ray "
+        "version 2.60.0. Please use the same Ray version the checkpoint manager snapshot was "
+        "saved with.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-missing")
+    assert findings_of(report, "trial-error"), "reported as it stands, with its text"
