@@ -1,9 +1,10 @@
-"""A process that crashed in native code: what the crash prints, and whose it was.
+"""A worker process that died without raising: what a crash prints, whose it was, and an exit.
 
 Ray reports a worker that died of a signal the same way as one the kernel killed ("The actor
 died unexpectedly", "Worker unexpectedly exits with a connection error code 2"). What tells
 them apart is the crash's own output, which the dying process writes to its log before Ray
-notices: `oom-killed-by-os` stands back when it is there, and `trial-error` quotes it.
+notices, or Ray's own exit code for a process that exited by itself: `oom-killed-by-os` stands
+back when either is there, and `trial-error` quotes it.
 """
 
 from __future__ import annotations
