@@ -464,11 +464,10 @@ OS_KILL_RAY = signatures(
 OS_KILL = OS_KILL_CONFIRMED + OS_KILL_RAY
 
 
-def _exited_by_itself(experiment: Experiment, failure: Failure | None) -> bool:
-    """Ray says the dead worker exited with a status: it was not killed. For a log line that
-    names no worker, the run's failures say it."""
-    failures = [failure] if failure is not None else [f for _, f, _ in ended_by(experiment)]
-    return any(SELF_EXIT_NOT_KILL.search(f.joined) for f in failures)
+def _failures_say_it_exited(experiment: Experiment) -> bool:
+    """For a log line that names no worker: the run's failures say the dead worker exited
+    with a status (a failure's own text is among `texts_of` already)."""
+    return any(SELF_EXIT_NOT_KILL.search(f.joined) for _, f, _ in ended_by(experiment))
 
 
 def _ray_monitor_in(experiment: Experiment, failure: Failure | None) -> bool:
@@ -669,7 +668,7 @@ class OomKilledByOs(SignatureRule):
             return (
                 any_line(CRASH, texts, joined)
                 or any_line(SELF_EXIT_NOT_KILL, texts, joined)
-                or _exited_by_itself(experiment, failure)
+                or (failure is None and _failures_say_it_exited(experiment))
             )
         # A SIGKILL after the user interrupted the run (an IDE's stop button: "Process finished
         # with exit code 137" after a KeyboardInterrupt) is the user's, unless a kernel,
