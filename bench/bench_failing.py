@@ -23,6 +23,9 @@ Then, each in its own process, on the same dir and in the same run:
 `--logs` adds a Ray session logs dir of >= 200 MB (`raylet.out`, `gcs_server.out`, worker
 `.out`/`.err` files) built by repeating the real lines of fixtures/*/session_logs, with the
 real OOM session's own files at the end; the floor then also reads every log byte line by line.
+A second `--logs` run reads a session of the same size from a long run that went well until
+the same kill: a healthy Train V2 session's real lines with their numbers changed, where few
+lines hold a cause word (`build_quiet_logs`).
 Wall time and peak RSS come from GNU time (bench/_measure.py). Figures go in bench/README.md.
 """
 
@@ -31,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
@@ -41,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from _measure import measure  # noqa: E402
-from bench_inspect import ANCHOR, _result_bytes  # noqa: E402
+from bench_inspect import ANCHOR, _result_bytes, built  # noqa: E402
 
 FIXTURES = REPO / "fixtures"
 # (fixture, why the trial failed): the errored trials replicated in turns.
@@ -119,12 +124,10 @@ def _copy_trial(source: Source, dest: Path, new_id: str, result: bytes | None = 
 
 def build(dest: Path, trials: int, iterations: int, errored_share: float) -> Path:
     """Write the failing sweep; reuses dest when it was built with the same shape."""
-    marker = dest / ".bench-shape"
     shape = f"{trials}x{iterations}@{errored_share}:" + ",".join(f for f, _ in ERROR_SOURCES)
-    if marker.exists() and marker.read_text() == shape:
+    if built(dest, shape):
         return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+    marker = dest / ".bench-shape"
     healthy = _sources("tune_healthy", "TERMINATED")  # lr 0.001, 0.01 and 0.1
     healthy_results = []
     for source in healthy:
@@ -167,11 +170,9 @@ def build(dest: Path, trials: int, iterations: int, errored_share: float) -> Pat
 def build_logs(dest: Path, megabytes: int) -> Path:
     """A session logs dir of `megabytes`: the real lines of every fixture's session logs
     repeated per file kind, then the OOM session's own files (with the kill) at the end."""
-    marker = dest / ".bench-shape"
-    if marker.exists() and marker.read_text() == str(megabytes):
+    if built(dest, str(megabytes)):
         return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
+    marker = dest / ".bench-shape"
     chatter: dict[str, bytes] = {"raylet.out": b"", "gcs_server.out": b"", "worker": b""}
     for logs in sorted(FIXTURES.glob("*/session_logs")):
         if logs.parent.name == "tune_oom_memory_monitor":
@@ -199,6 +200,64 @@ def build_logs(dest: Path, megabytes: int) -> Path:
         if not (dest / file.name).exists():
             shutil.copy(file, dest / file.name)
     marker.write_text(str(megabytes))
+    return dest
+
+
+HEALTHY_SESSION = FIXTURES / "train_v2_healthy" / "session_logs"
+NUMBER = re.compile(rb"\d+")
+
+
+def _varied(lines: list[bytes], variants: int) -> bytes:
+    """`lines` `variants` times over, each time with every number replaced by another of as
+    many digits (timestamps, pids, ids and losses change as a long run goes on)."""
+    rnd = random.Random(12)
+
+    def renumber(match: re.Match[bytes]) -> bytes:
+        return str(rnd.randrange(10 ** len(match[0]))).zfill(len(match[0])).encode()
+
+    return b"".join(NUMBER.sub(renumber, line) + b"\n" for _ in range(variants) for line in lines)
+
+
+def build_quiet_logs(dest: Path, megabytes: int) -> Path:
+    """A session logs dir of `megabytes` from a long run that went well until it did not: a
+    healthy Train V2 session's real lines (raylet.out, gcs_server.out, and a worker's loss
+    prints with a checkpoint and its report line every 99 of them) repeated with their numbers
+    changed, then the OOM session's own files (with the kill) at the end. Unlike `build_logs`, few lines hold a cause
+    word, so a reader cannot stop early at its event cap: every line counts."""
+    shape = f"quiet-2 {megabytes}"
+    if built(dest, shape):
+        return dest
+    worker_err = next(HEALTHY_SESSION.glob("worker-*-13147.err")).read_bytes().splitlines()
+    prints = [line for line in worker_err if line.startswith(b"[rank")]
+    saves = [line for line in worker_err if line.startswith((b"Checkpoint", b"Report"))]
+    sources = {
+        "raylet.out": (HEALTHY_SESSION / "raylet.out").read_bytes().splitlines(),
+        "gcs_server.out": (HEALTHY_SESSION / "gcs_server.out").read_bytes().splitlines(),
+        # The run printed its loss every epoch and checkpointed every one: a long run prints
+        # far more often than it checkpoints (here 99 prints to a checkpoint and its report).
+        "worker": prints * 33 + saves[:2],
+    }
+    blocks = {kind: _varied(lines, 200) for kind, lines in sources.items()}
+    oom = FIXTURES / "tune_oom_memory_monitor" / "session_logs"
+    budget = megabytes * 2**20
+    shares = {"raylet.out": budget // 2, "gcs_server.out": budget // 10}
+    for n in range(8):
+        for name in sorted(f.name for f in oom.glob("worker-*"))[:2]:
+            shares[name.replace("-0100", f"-{n:02d}00")] = (budget * 4 // 10) // 16
+    for name, size in shares.items():
+        block = blocks[name if name in blocks else "worker"]
+        with open(dest / name, "wb") as out:
+            out.write(
+                block * (size // len(block))
+                + block[: size % len(block)].rsplit(b"\n", 1)[0]
+                + b"\n"
+            )
+            if (oom / name).exists():
+                out.write((oom / name).read_bytes())
+    for file in oom.iterdir():
+        if not (dest / file.name).exists():
+            shutil.copy(file, dest / file.name)
+    (dest / ".bench-shape").write_text(shape)
     return dest
 
 
@@ -299,6 +358,10 @@ def main() -> None:
     if args.logs_mb and first is not None:
         logs = build_logs(args.workdir / f"session_{args.logs_mb}mb" / "logs", args.logs_mb)
         label = f"{first.parent.name} with --logs {args.logs_mb} MB"
+        compare(label, first, logs, args.runs, 0, args.before)
+        quiet = args.workdir / f"quiet_session_{args.logs_mb}mb" / "logs"
+        logs = build_quiet_logs(quiet, args.logs_mb)
+        label = f"{first.parent.name} with --logs {args.logs_mb} MB of a long quiet run"
         compare(label, first, logs, args.runs, 0, args.before)
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} on {os.cpu_count()} cores")
 

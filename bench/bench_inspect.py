@@ -72,14 +72,23 @@ def _result_bytes(rows: list[dict], iterations: int, trial_id: str) -> tuple[byt
     return result, progress
 
 
-def build(dest: Path, trials: int, iterations: int) -> Path:
-    """Write the experiment; reuses dest when it was built with the same shape."""
+def built(dest: Path, shape: str) -> bool:
+    """Whether `dest` holds what a builder made for `shape` (its `.bench-shape` says so);
+    when not, `dest` is emptied for the builder, which writes `.bench-shape` last."""
     marker = dest / ".bench-shape"
-    shape = f"{trials}x{iterations}"
     if marker.exists() and marker.read_text() == shape:
-        return dest
+        return True
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
+    return False
+
+
+def build(dest: Path, trials: int, iterations: int) -> Path:
+    """Write the experiment; reuses dest when it was built with the same shape."""
+    shape = f"{trials}x{iterations}"
+    if built(dest, shape):
+        return dest
+    marker = dest / ".bench-shape"
     trial_dir, pair, rows = _template_trial()
     template_trial = json.loads(pair[0])
     template_meta = json.loads(pair[1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 MAX_LINE = 1 << 20  # longer lines are cut, as `Storage.iter_lines` cuts them
 
@@ -23,6 +24,21 @@ MAX_LINE = 1 << 20  # longer lines are cut, as `Storage.iter_lines` cuts them
 # match starts with the newline before the line (`\n` then what the line may start with:
 # searched from that newline, which keeps `re`'s fast literal-prefix scan) and ends in it.
 Opener = bytes | re.Pattern[bytes]
+
+
+class Selector(Protocol):
+    """Picks, from a run of whole lines, the ones a reader must see (`LineSource.select`)."""
+
+    # How many bytes of whole lines to ask about next (at least one line is always given).
+    region_bytes: int
+
+    def select(self, region: bytes) -> list[int] | None:
+        """Where the lines to hand out start in `region` (whole lines, each ending with a
+        newline), ascending; None: all of them. Called on consecutive regions, in order."""
+        ...
+
+
+ALL: list[int] = []  # a plan that hands out every line (by identity)
 
 
 class LineSource:
@@ -49,6 +65,13 @@ class LineSource:
         self._cutting = False  # inside an overlong line whose head was handed out
         self._next_hit: dict[Opener, int] = {}  # per opener: its next hit in _buf, -1: none
         self.should_skip: Callable[[], bool] | None = None
+        # While no `should_skip` is set: from line `select_from` on, only the lines `select`
+        # picks in each buffer's whole lines are handed out (the rest are counted).
+        self.select: Selector | None = None
+        self.select_from = 0
+        self._plan: list[int] = ALL  # where the picked lines of the planned region start in _buf
+        self._plan_next = 0  # the first of them not yet reached
+        self._plan_end = -1  # where the planned region ends in _buf (-1: none planned)
         self.passed_over: list[tuple[int, str]] = []
         self.lines_passed_over = 0
         self._tail_limit = tail
@@ -61,8 +84,11 @@ class LineSource:
         return self
 
     def __next__(self) -> tuple[int, str]:
-        if self._openers and self.should_skip is not None and self.should_skip():
-            self._skip()
+        if self.should_skip is not None:
+            if self._openers and self.should_skip():
+                self._skip()
+        elif self.select is not None and self._lineno >= self.select_from and not self._cutting:
+            self._follow_plan()
         while True:
             end = self._buf.find(b"\n", self._pos)
             if end == -1:
@@ -103,6 +129,7 @@ class LineSource:
         self._buf = self._buf[self._pos :] + chunk
         self._pos = 0
         self._next_hit.clear()
+        self._plan_end = -1
         return True
 
     def _keep_tail(self, chunk: bytes) -> None:
@@ -134,9 +161,10 @@ class LineSource:
     def keeps_tail(self) -> bool:
         return self._tail_limit > 0
 
-    def tail_lines(self) -> list[tuple[int, str]]:
+    def tail_lines(self, select: Selector | None = None) -> list[tuple[int, str]]:
         """The numbered whole lines of the last `tail` bytes of the file (at most), read to
-        its end first. Lines are cut at `max_line` and numbered as `__next__` numbers them."""
+        its end first; only those `select` picks when it is given. Lines are cut at
+        `max_line` and numbered as `__next__` numbers them."""
         while self._fill():  # what the reader did not need: only the tail is kept
             self._pos = len(self._buf)
         data = b"".join(self._tail)
@@ -152,6 +180,10 @@ class LineSource:
             if start == 0:
                 return []
             lineno += 1
+        if select is not None and start < len(data):
+            picked = self._picked(data[start:], select)
+            if picked is not None:
+                return [(lineno + index, text) for index, text in picked]
         lines = data[start:].split(b"\n")
         if lines and not lines[-1]:
             lines.pop()  # the file's last line end
@@ -159,6 +191,21 @@ class LineSource:
             (lineno + index, raw[: self._max_line].decode("utf-8", "replace"))
             for index, raw in enumerate(lines)
         ]
+
+    def _picked(self, body: bytes, select: Selector) -> list[tuple[int, str]] | None:
+        """(index, line) of the lines of `body` that `select` picks; None: all of them."""
+        region = body if body.endswith(b"\n") else body + b"\n"
+        starts = select.select(region)
+        if starts is None:
+            return None
+        picked = []
+        index = counted = 0  # the index of the line starting at `counted`
+        for at in starts:
+            index += region.count(b"\n", counted, at)
+            counted = at
+            raw = region[at : region.index(b"\n", at)]
+            picked.append((index, raw[: self._max_line].decode("utf-8", "replace")))
+        return picked
 
     def _first_hit(self) -> int:
         """The first position at or after _pos on a line an opener finds, -1 when none in
@@ -213,6 +260,58 @@ class LineSource:
             line_end = start - 1
         self.passed_over.extend(reversed(kept))
         del self.passed_over[: -self._keep]
+        self._lineno += count
+        self.lines_passed_over += count
+        self._pos = end
+
+    def has_lines(self, count: int) -> bool:
+        """Whether `count` lines are known to follow (the buffer, filled once if empty, holds
+        that many line ends past the lines handed out), without handing any out."""
+        if self._pos >= len(self._buf):
+            self._fill()
+        return self._buf.count(b"\n", self._pos) >= count
+
+    def _follow_plan(self) -> None:
+        """Pass over lines up to the next one `select` picked, planning the buffer's whole
+        lines when they are not yet planned (filling it when it holds none)."""
+        while True:
+            if self._pos >= self._plan_end and not self._make_plan():
+                return  # no whole line left (an overlong or last line): read as it comes
+            plan = self._plan
+            if plan is ALL:
+                if self._pos < self._plan_end:
+                    return
+                continue
+            while self._plan_next < len(plan) and plan[self._plan_next] < self._pos:
+                self._plan_next += 1
+            if self._plan_next < len(plan):
+                self._count_over(plan[self._plan_next])
+                return
+            self._count_over(self._plan_end)
+
+    def _make_plan(self) -> bool:
+        """Ask `select` about the whole lines from _pos on; False when there are none."""
+        assert self.select is not None
+        while True:
+            last = self._buf.rfind(b"\n", self._pos, self._pos + self.select.region_bytes)
+            if last == -1:
+                last = self._buf.rfind(b"\n", self._pos)
+            if last != -1:
+                break
+            if len(self._buf) - self._pos > self._max_line or not self._fill():
+                return False
+        base = self._pos
+        picked = self.select.select(self._buf[base : last + 1])
+        self._plan = ALL if picked is None else [base + at for at in picked]
+        self._plan_next = 0
+        self._plan_end = last + 1
+        return True
+
+    def _count_over(self, end: int) -> None:
+        """Move past the whole lines in _buf[_pos:end] without handing them out."""
+        if end <= self._pos:
+            return
+        count = self._buf.count(b"\n", self._pos, end)
         self._lineno += count
         self.lines_passed_over += count
         self._pos = end

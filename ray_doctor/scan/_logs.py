@@ -15,12 +15,28 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
-from ray_doctor._literals import line_starts, lines_holding, lines_that_may_match, may_match
+from ray_doctor._literals import (
+    line_starts,
+    lines_holding,
+    lines_that_may_match,
+    may_match,
+    requirements,
+)
 from ray_doctor.model import TUNE_STATUS, Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
-from ray_doctor.scan._normalise import TextLine, machine_numbered, normalise_numbered
+from ray_doctor.scan._normalise import (
+    MAX_BUFFERED_LINES,
+    REWRITE_MARKERS,
+    TextLine,
+    logical_text,
+    machine_numbered,
+    normalise_numbered,
+)
 from ray_doctor.scan._pool import can_fork, cpus, forked_pool
+from ray_doctor.scan._skim import MANY, ReaderView, Skimmer
+from ray_doctor.scan._skim import Needles as SkimNeedles
+from ray_doctor.scan._skim import needles as skim_needles
 from ray_doctor.scan._traceback import (
     CHAIN_MARKERS,
     EXC_NAMES,
@@ -545,8 +561,12 @@ class _TextLogParser:
             self.after_exception = MAX_MESSAGE_CONTINUATION
             self._event(lineno, line, pid)
         else:
+            # Past the event cap the status lines seen would depend on how far the reader
+            # happened to read line by line: the tail's block (`parse_text_log`) is the last word.
+            room = not self.capped()
             self._event(lineno, line, pid)
-            self._note_status(lineno, line)
+            if room:
+                self._note_status(lineno, line)
         if line.strip():
             self.context.append(line)
         if self.block is not None and text_line.rank is not None:
@@ -687,7 +707,11 @@ def parse_text_log(
     A `LineSource` (a stored file) lets the reader jump over lines in the raw bytes."""
     source = lines if isinstance(lines, LineSource) else None
     numbered = source if source is not None else enumerate(lines, start=1)
-    logical = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
+    # A stored file known to be long is streamed from its first line: only short texts are
+    # read whole (to undo hard wrapping), and holding back its head kept the reader from
+    # jumping over the head's lines.
+    long = source is not None and pasted and source.has_lines(MAX_BUFFERED_LINES)
+    logical = normalise_numbered(numbered, long) if pasted else machine_numbered(numbered)
     head: list[TextLine] = []
     for line in logical:
         head.append(line)
@@ -697,6 +721,8 @@ def parse_text_log(
         failures = parse_error_text(_chain(head, logical), path)
         return LogResult(failures=[(f, None) for f in failures], files=[path])
     parser = _TextLogParser(path, pid)
+    if source is not None:
+        _skim(source, pasted, short=pasted and not long)
     # Text that comes as lines (standard input) keeps its last lines past the cap for the tail;
     # a stored file's LineSource keeps its last bytes.
     late: deque[TextLine] | None = deque(maxlen=TAIL_LINES) if source is None else None
@@ -722,8 +748,13 @@ def parse_text_log(
     if late is not None:
         tail: Iterable[TextLine] = late
     elif source is not None and source.keeps_tail:
-        numbered = source.tail_lines()
-        tail = normalise_numbered(numbered) if pasted else machine_numbered(numbered)
+        # The tail is skimmed too, unless a pasted text may be short enough to be read whole.
+        skimmer = _skimmer(pasted) if long or not pasted else None
+        numbered = source.tail_lines(skimmer)
+        if not pasted:
+            tail = machine_numbered(numbered)
+        else:
+            tail = normalise_numbered(numbered, long=skimmer is not None)
     else:
         return result
     status = [e for e in result.events if e.kind == TUNE_STATUS]
@@ -824,6 +855,7 @@ def _read_past_the_cap(
     """`_feed_past_the_cap` for a stored file, one line at a time: whenever the parser is idle
     the source jumps in the raw bytes to the next line an opener finds (`PASTED_OPENERS`), and
     the lines it passed over only move the parser's context on."""
+    source.select = None  # from here on the parser's state says what to pass over
     source.should_skip = parser.idle
     to_text = normalise_numbered if pasted else machine_numbered
     for line in logical:
@@ -837,6 +869,109 @@ def _read_past_the_cap(
         if parser.full():
             break
     source.should_skip = None
+
+
+def _skim(source: LineSource, pasted: bool, short: bool) -> None:
+    """Let a stored file hand out only the lines the parser could act on (`scan/_skim.py`),
+    from the line after those read so far; a pasted log that may be `short` only past the
+    head it reads whole (to undo hard wrapping)."""
+    source.select = _skimmer(pasted)
+    source.select_from = MAX_BUFFERED_LINES if short else 0
+
+
+def _skimmer(pasted: bool) -> Skimmer | None:
+    """A skimmer for a text log read from somewhere in its middle (a traceback may be open)."""
+    needles = _skim_needles(pasted)
+    if needles is None:
+        return None
+    return Skimmer(needles, _PASTED_VIEW if pasted else _MACHINE_VIEW, open_at_start=True)
+
+
+def _seen_line(raw: bytes, pasted: bool) -> str | None:
+    text = logical_text(raw.decode("utf-8", "replace"), pasted)
+    if text is None:
+        return MANY
+    prepared = _TextLogParser._prepare(text)
+    return None if prepared is None else prepared[0]
+
+
+def _opens(text: str) -> int | None:
+    """`_TextLogParser.feed`'s tests for a line that opens a traceback (whatever its worker
+    prefix said): the message lines allowed after it, None when it opens none."""
+    if text.startswith("Traceback (most recent call last)") or FRAME.match(text):
+        return 0
+    if (
+        STANDALONE_EXCEPTION.match(text)
+        and not STANDALONE_WARNING.match(text)
+        and is_exception_line(text)
+    ):
+        return MAX_MESSAGE_CONTINUATION
+    return None
+
+
+def _may_continue(text: str, allowance: int) -> int | None:
+    """`_TextLogParser._continues`, taking every doubt as a yes (a second blank line, a record
+    start, the length cap): the message lines still allowed, None when the line ends it."""
+    if not text.strip():
+        return allowance
+    if text[0].isspace() or text.startswith(("Traceback (", "[Rank ", *CHAIN_MARKERS)):
+        return allowance
+    if is_exception_line(text):
+        return MAX_MESSAGE_CONTINUATION
+    return allowance - 1 if allowance > 0 else None
+
+
+_PASTED_VIEW = ReaderView(
+    lambda raw: _seen_line(raw, True), _opens, _may_continue, MAX_MESSAGE_CONTINUATION
+)
+_MACHINE_VIEW = ReaderView(
+    lambda raw: _seen_line(raw, False), _opens, _may_continue, MAX_MESSAGE_CONTINUATION
+)
+# A JSON-lines record (`_json_texts`): `{` first, after any white space.
+JSON_RECORD = re.compile(rb"(?m)^[ \t\r\f\v\x1c-\x1f\x80-\xff]*\{")
+# A row of a kill notice's memory table ("memory-row": a pid, a tab, a figure, a tab): a line
+# with two tabs. Its literal, a tab, is in every record of Ray's Python logger.
+MEMORY_ROW = re.compile(rb"\t[^\n]*\t")
+# Characters whose lowercase holds an ASCII letter (KELVIN SIGN is `k`): a cause word may
+# appear in a lowered line without being in its lowered bytes.
+LOWERED_TO_ASCII = ("\u0130", "\u212a")
+_SKIM_NEEDLES: dict[bool, SkimNeedles | None] = {}
+
+
+def _skim_needles(pasted: bool) -> SkimNeedles | None:
+    """Whatever makes the parser act on a line, as `Skimmer` looks for it; None when an event
+    pattern has no literal to look for (then every line is read)."""
+    if pasted in _SKIM_NEEDLES:
+        return _SKIM_NEEDLES[pasted]
+    exact = [
+        *ERROR_LINE_NEEDLES,
+        *STATUS_NEEDLES,
+        "Traceback (",
+        "File ",
+        *EXC_SUFFIXES,
+        *EXC_NAMES,
+        *LOWERED_TO_ASCII,
+        *(REWRITE_MARKERS if pasted else ("\x1b",)),
+    ]
+    blind = [anchor for anchor in CAUSE_ANCHORS if anchor not in WEAK_ANCHORS]
+    found: SkimNeedles | None = None
+    for event in EVENT_PATTERNS:
+        if event.kind in (SIGNAL_BEFORE, "memory-row"):
+            continue  # ERROR_LINE_NEEDLES; MEMORY_ROW
+        needed = requirements(event.pattern)
+        if needed is None:
+            break
+        (first, *_), is_blind = needed
+        (blind if is_blind else exact).extend(first)
+    else:
+        found = skim_needles(
+            exact,
+            blind,
+            exact_patterns=(MEMORY_ROW, JSON_RECORD) if pasted else (MEMORY_ROW,),
+            blind_patterns=(re.compile(WEAK_WORDS.pattern.encode()),),
+        )
+    _SKIM_NEEDLES[pasted] = found
+    return found
 
 
 IDENTIFIER_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")

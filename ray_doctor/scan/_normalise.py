@@ -98,17 +98,17 @@ class TextLine(NamedTuple):
 MARKUP_STARTS = frozenset("*_`#")
 
 
+# What a colour code in any of its forms holds (`ANSI_CODES`): a line with none has none.
+ESCAPE_MARKERS = ("\x1b", "033[", "^[[", "\\", "[0m", "[39m", "[22m")
+# What `clean` may rewrite inside a line rather than cut from its ends: colour codes, entities
+# (`&lt;`), carriage returns. A line holding none of these comes out of `clean` as a slice of
+# itself, so a string in the cleaned line is in the raw one.
+REWRITE_MARKERS = (*ESCAPE_MARKERS, "&", "\r")
+
+
 def _has_escape(line: str) -> bool:
     """Cheap test before the colour-code regex: most lines of a big log hold none."""
-    return (
-        "\x1b" in line
-        or "033[" in line
-        or "^[[" in line
-        or "\\" in line
-        or "[0m" in line
-        or "[39m" in line
-        or "[22m" in line
-    )
+    return any(marker in line for marker in ESCAPE_MARKERS)
 
 
 def clean(raw: str) -> tuple[str, bool, int | None]:
@@ -191,10 +191,12 @@ def machine_lines(lines: Iterable[str]) -> Iterator[TextLine]:
 def machine_numbered(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
     """`machine_lines` of lines that come with their numbers (a reader may jump over some)."""
     for lineno, raw in numbered:
-        line = raw.rstrip("\r\n")
-        if "\x1b" in line:
-            line = ANSI_CODES.sub("", line)
-        yield TextLine(lineno, line)
+        yield TextLine(lineno, _machine_text(raw))
+
+
+def _machine_text(raw: str) -> str:
+    line = raw.rstrip("\r\n")
+    return ANSI_CODES.sub("", line) if "\x1b" in line else line
 
 
 def _json_texts(line: str) -> list[str] | None:
@@ -220,6 +222,16 @@ def _json_texts(line: str) -> list[str] | None:
         if isinstance(value, str) and value.strip():
             texts += value.splitlines()
     return texts if texts else None
+
+
+def logical_text(raw: str, pasted: bool) -> str | None:
+    """The text one physical line becomes, as `normalise_numbered` past its head (`pasted`)
+    or `machine_numbered` make it; None when it becomes several (a JSON-lines record)."""
+    if not pasted:
+        return _machine_text(raw)
+    if _json_texts(raw) is not None:
+        return None
+    return clean(raw)[0]
 
 
 def _logical(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
@@ -257,10 +269,16 @@ def normalise_lines(lines: Iterable[str]) -> Iterator[TextLine]:
     return normalise_numbered(enumerate(lines, start=1))
 
 
-def normalise_numbered(numbered: Iterable[tuple[int, str]]) -> Iterator[TextLine]:
+def normalise_numbered(
+    numbered: Iterable[tuple[int, str]], long: bool = False
+) -> Iterator[TextLine]:
     """`normalise_lines` of lines that come with their numbers (a reader may jump over some
-    once it is past the head read whole)."""
+    once it is past the head read whole). `long`: the caller knows there are at least
+    MAX_BUFFERED_LINES of them, so none is held back to look for hard wrapping."""
     iterator = iter(numbered)
+    if long:
+        yield from _logical(iterator)
+        return
     head: list[tuple[int, str]] = []
     for pair in iterator:
         head.append(pair)
@@ -298,6 +316,7 @@ def _whole(numbered: list[tuple[int, str]]) -> list[TextLine]:
 __all__ = [
     "TextLine",
     "clean",
+    "logical_text",
     "machine_lines",
     "machine_numbered",
     "normalise_lines",
