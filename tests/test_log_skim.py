@@ -77,7 +77,8 @@ def test_real_error_texts_in_a_long_log_are_read_the_same_skimmed(name, monkeypa
     assert skimmed_over > 100_000  # it did skim: many filler lines were never read
 
 
-def test_a_long_training_log_is_skimmed_to_its_failure(monkeypatch):
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_long_training_log_is_skimmed_to_its_failure(newline, monkeypatch):
     rnd = random.Random(7)
     tail = [  # a worker's own stderr: no `(pid=...)` prefix, which the driver adds
         "Traceback (most recent call last):",
@@ -86,10 +87,11 @@ def test_a_long_training_log_is_skimmed_to_its_failure(monkeypatch):
         "RuntimeError: CUDA error: an illegal memory access was encountered",
     ]
     lines = _filler(rnd, 80_000) + tail + _filler(rnd, 500)
+    lines = [line + newline[:-1] for line in lines]  # CRLF: each line ends with "\r"
     (failures, events), passed = _read(
         lines, "worker-ab-01000000-4242.err", 4 * 2**20, True, monkeypatch
     )
-    assert passed > 55_000  # of the 60,000 lines past the head
+    assert passed > 75_000  # of its 80,504 lines
     assert [(f[0], f[2].line) for f in failures] == [("RuntimeError", 80_001)]
     assert "loss = model(batch)" in failures[0][4]
     assert _read(lines, "worker-ab-01000000-4242.err", 4 * 2**20, False, monkeypatch)[0] == (

@@ -22,6 +22,7 @@ from ray_doctor.scan._logs import (
     parse_text_log,
     read_logs,
     read_session_logs,
+    session_logs_within,
 )
 from ray_doctor.scan._merge import log_experiment, merge_logs
 from ray_doctor.scan._train_v2 import SNAPSHOT, is_train_v2_run, read_train_v2_run
@@ -182,15 +183,24 @@ def _scan_opened(storage: Storage, path: str, entry: Entry, how: _How) -> ScanRe
         result.experiments.append(experiment)
         return result
     if is_session_logs_dir(entries):
-        found = read_session_logs(storage, path, how.progress and partial(how.progress, "logs"))
-        result.layout = Layout.LOG
-        result.experiments.append(log_experiment(display, "session logs", found))
-        return result
+        return _session_logs_result(result, storage, path, how)
     if any(flight_recorder.could_be_evidence(e) for e in entries):
         evidence, errors = flight_recorder.read_evidence_dir(storage, path)
         if evidence or errors:
             return _evidence_result(result, display, "flight recorder dumps", evidence, errors)
     _scan_storage_path(storage, path, entries, result, how)
+    if not result.experiments:
+        # A session dir (`/tmp/ray/session_latest`) or Ray's temp dir (`/tmp/ray`): its logs.
+        logs = session_logs_within(storage, path, entries)
+        if logs is not None:
+            return _session_logs_result(result, storage, logs, how)
+    return result
+
+
+def _session_logs_result(result: ScanResult, storage: Storage, path: str, how: _How) -> ScanResult:
+    found = read_session_logs(storage, path, how.progress and partial(how.progress, "logs"))
+    result.layout = Layout.LOG
+    result.experiments.append(log_experiment(storage.display(path), "session logs", found))
     return result
 
 

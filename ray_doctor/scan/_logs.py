@@ -26,6 +26,7 @@ from ray_doctor.model import TUNE_STATUS, Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
 from ray_doctor.scan._normalise import (
+    INNER_CR,
     MAX_BUFFERED_LINES,
     REWRITE_MARKERS,
     TextLine,
@@ -929,6 +930,7 @@ _MACHINE_VIEW = ReaderView(
 )
 # A JSON-lines record (`_json_texts`): `{` first, after any white space.
 JSON_RECORD = re.compile(rb"(?m)^[ \t\r\f\v\x1c-\x1f\x80-\xff]*\{")
+PASTED_CR = re.compile(INNER_CR.encode())
 # A row of a kill notice's memory table ("memory-row": a pid, a tab, a figure, a tab): a line
 # with two tabs. Its literal, a tab, is in every record of Ray's Python logger.
 MEMORY_ROW = re.compile(rb"\t[^\n]*\t")
@@ -967,7 +969,7 @@ def _skim_needles(pasted: bool) -> SkimNeedles | None:
         found = skim_needles(
             exact,
             blind,
-            exact_patterns=(MEMORY_ROW, JSON_RECORD) if pasted else (MEMORY_ROW,),
+            exact_patterns=(MEMORY_ROW, JSON_RECORD, PASTED_CR) if pasted else (MEMORY_ROW,),
             blind_patterns=(re.compile(WEAK_WORDS.pattern.encode()),),
         )
     _SKIM_NEEDLES[pasted] = found
@@ -1119,6 +1121,34 @@ def is_session_logs_dir(entries: list[Entry]) -> bool:
     )
 
 
+def session_logs_within(storage: Storage, path: str, entries: list[Entry]) -> str | None:
+    """The session logs dir a dir stands for when it holds none itself: a session dir's
+    `logs/` (`/tmp/ray/session_latest`), or Ray's temp dir's latest session (`/tmp/ray`:
+    `session_latest`, else the newest `session_*`, whose names sort by time). None if neither."""
+    dirs = {entry.name: entry for entry in entries if entry.is_dir}
+    if "logs" in dirs:
+        return _if_session_logs(storage, dirs["logs"].path)
+    sessions = sorted(name for name in dirs if name.startswith("session_"))
+    if "session_latest" in dirs:
+        sessions.append("session_latest")
+    if not sessions:
+        return None
+    return _if_session_logs(storage, storage.join(dirs[sessions[-1]].path, "logs"))
+
+
+def _if_session_logs(storage: Storage, path: str) -> str | None:
+    try:
+        return path if is_session_logs_dir(storage.list_dir(path)) else None
+    except StorageError:
+        return None
+
+
+NO_SESSION_LOGS = (
+    "no Ray session logs here (raylet.out, gcs_server.out, worker-*.out/.err, ...); Ray "
+    "writes them to /tmp/ray/session_latest/logs on each node"
+)
+
+
 # Session logs bigger than this in all are read by forked processes, a file per task: a
 # long session's raylet.out, gcs_server.out and worker logs each cost a second or more.
 PARALLEL_LOG_BYTES = 32 * 2**20
@@ -1136,6 +1166,10 @@ def read_session_logs(
     except StorageError as exc:
         result.errors.append(ScanError(exc.path, exc.reason))
         return result
+    if not is_session_logs_dir(entries):
+        within = session_logs_within(storage, path, entries)
+        if within is not None:
+            return read_session_logs(storage, within, progress)
     for entry in entries:
         if entry.is_dir and entry.name == "train":
             try:
@@ -1146,6 +1180,8 @@ def read_session_logs(
             files += [e for e in train_entries if e.is_file and e.name.endswith(".log")]
         elif entry.is_file and SESSION_LOG.match(entry.name):
             files.append(entry)
+    if not files:
+        result.errors.append(ScanError(storage.display(path), NO_SESSION_LOGS))
     for done, found in enumerate(_read_files(storage, files), start=1):
         if progress:
             progress(done, len(files))

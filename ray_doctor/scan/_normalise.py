@@ -101,9 +101,11 @@ MARKUP_STARTS = frozenset("*_`#")
 # What a colour code in any of its forms holds (`ANSI_CODES`): a line with none has none.
 ESCAPE_MARKERS = ("\x1b", "033[", "^[[", "\\", "[0m", "[39m", "[22m")
 # What `clean` may rewrite inside a line rather than cut from its ends: colour codes, entities
-# (`&lt;`), carriage returns. A line holding none of these comes out of `clean` as a slice of
-# itself, so a string in the cleaned line is in the raw one.
-REWRITE_MARKERS = (*ESCAPE_MARKERS, "&", "\r")
+# (`&lt;`), and a carriage return before the line's end (`INNER_CR`). A line holding none of
+# these comes out of `clean` as a slice of itself, so a string in the cleaned line is in the
+# raw one.
+REWRITE_MARKERS = (*ESCAPE_MARKERS, "&")
+INNER_CR = "\r(?=[^\r\n])"  # a pattern: a CRLF line's own "\r" is cut from its end
 
 
 def _has_escape(line: str) -> bool:
