@@ -59,22 +59,24 @@ CASES = sorted((REPO / "tests" / "corpus" / "cases").rglob("*.txt"))
 
 @pytest.mark.parametrize("name", ["driver.log", "raylet.out"])
 def test_real_error_texts_in_a_long_log_are_read_the_same_skimmed(name, monkeypatch):
-    # The corpus (outputs copied from public issue trackers, none written by us), 150 cases a
-    # log, each after a run of plain lines, past the head a pasted log reads whole.
+    # The corpus (outputs copied from public issue trackers, none written by us), each case
+    # after a run of plain lines, in two logs a name: one read in 4 MB chunks (known long from
+    # its first buffer: skimmed from its first line), one in chunks of 997 bytes (needles and
+    # line ends across chunks; skimmed past the head a pasted log holds back).
     rnd = random.Random(name)
     texts = [case.read_text(errors="replace").splitlines() for case in CASES]
     assert len(texts) > 1000
     skimmed_over = 0
-    for start in range(0, len(texts), 150):
+    half = len(texts) // 2
+    for chunk, cases in ((4 * 2**20, texts[:half]), (997, texts[half:])):
         lines = _filler(rnd, MAX_BUFFERED_LINES + 100)
-        for text in texts[start : start + 150]:
-            lines += _filler(rnd, rnd.choice([0, 1, 3, 7, 300, 900])) + text
-        chunk = rnd.choice([997, 65_536, 4 * 2**20])  # needles and line ends across chunks
+        for text in cases:
+            lines += _filler(rnd, rnd.choice([0, 1, 3, 7, 40, 200])) + text
         skimmed, passed = _read(lines, name, chunk, True, monkeypatch)
         read, passed_unskimmed = _read(lines, name, chunk, False, monkeypatch)
-        assert skimmed == read, (name, start)
+        assert skimmed == read, (name, chunk)
         skimmed_over += passed - passed_unskimmed
-    assert skimmed_over > 100_000  # it did skim: many filler lines were never read
+    assert skimmed_over > 30_000  # it did skim: many filler lines were never read
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
