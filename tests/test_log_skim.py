@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import REPO
+from conftest import REPO, inspect_json
 
 from ray_doctor.scan import _logs
 from ray_doctor.scan._linesource import LineSource
@@ -169,3 +169,23 @@ def test_line_source_hands_out_what_its_selector_picks():
     assert all(text == f"line {number}" for number, text in handed)  # numbered as the file is
     assert {n for n, _ in handed if n % 7 == 0} == set(range(7, 20_001, 7))
     assert source.lines_passed_over == 20_000 - len(handed)
+
+
+def test_piped_text_is_read_as_the_same_bytes_in_a_file_are(fixtures, tmp_path):
+    # `kubectl logs ... | ray-doctor inspect -`: a long run's output, piped and saved.
+    rnd = random.Random(9)
+    driver = (fixtures / "train_v2_rank_failure" / "driver.log").read_text()
+    text = "\n".join(_filler(rnd, 40_000)) + "\n" + driver
+    saved = tmp_path / "driver.log"
+    saved.write_text(text)
+    _, piped = inspect_json("-", stdin=text)
+    _, stored = inspect_json(str(saved))
+
+    def seen(report: dict) -> list[tuple]:
+        return [
+            (f["rule"], f["message"], [(e["line"], e["excerpt"]) for e in f["evidence"]])
+            for f in report["findings"]
+        ]
+
+    assert seen(piped) and seen(piped) == seen(stored)
+    assert any((e["line"] or 0) > 40_000 for f in piped["findings"] for e in f["evidence"])

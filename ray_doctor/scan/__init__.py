@@ -22,6 +22,7 @@ from ray_doctor.scan._logs import (
     parse_text_log,
     read_logs,
     read_session_logs,
+    read_text_stream,
     session_logs_within,
 )
 from ray_doctor.scan._merge import log_experiment, merge_logs
@@ -71,7 +72,8 @@ def scan(
         if stdin is None:
             raise ScanFailure("'-' given but no standard input")
         result = ScanResult(target="-", layout=Layout.LOG)
-        found = parse_text_log(stdin, "<stdin>")
+        raw = getattr(stdin, "buffer", None)  # a text stream without bytes (tests) as lines
+        found = read_text_stream(raw, "<stdin>") if raw else parse_text_log(stdin, "<stdin>")
         result.experiments.append(log_experiment("<stdin>", "stdin", found))
     else:
         result = _scan_path(target, _How(workers, progress, cache))

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from typing import BinaryIO
 
 from ray_doctor._literals import (
     line_starts,
@@ -47,6 +48,7 @@ from ray_doctor.scan._traceback import (
     parse_failure,
 )
 from ray_doctor.storage import Entry, LocalStorage, Storage, StorageError
+from ray_doctor.storage._base import CHUNK_SIZE
 
 # Ray prefixes lines a worker printed with `(name pid=123, ip=10.0.0.1)`.
 WORKER_PREFIX = re.compile(r"^\((?P<actor>[^()]*?)\s*pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)\s?")
@@ -1084,6 +1086,14 @@ def read_log_file(storage: Storage, path: str) -> LogResult:
         return parse_log(source, path, storage.display(path))
     except StorageError as exc:
         return LogResult(errors=[ScanError(exc.path, exc.reason)])
+
+
+def read_text_stream(stream: BinaryIO, name: str) -> LogResult:
+    """Text piped in (`kubectl logs ... | ray-doctor inspect -`), read as its bytes as a stored
+    file is (skimmed when long, its last TAIL_BYTES kept for the tail), so the same bytes give
+    the same report either way."""
+    chunks = iter(lambda: stream.read(CHUNK_SIZE), b"")  # blocks for a whole chunk, as a file
+    return parse_text_log(LineSource(chunks, PASTED_OPENERS, tail=TAIL_BYTES), name)
 
 
 # Ray's own processes write these (raylet, GCS, core worker, autoscaler): nobody pastes them,
