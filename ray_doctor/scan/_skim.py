@@ -1,8 +1,8 @@
 """Which lines of a long log a reader must see: the rest are only counted.
 
 A 100 MB worker log of training prints holds a few lines that matter (a traceback, a kill, an
-error record) among a million that do not, and decoding, cleaning and testing each of those
-in Python cost ~10 us a line: 10 s for the file. `Skimmer` answers for a whole buffer of raw
+error record) among millions that do not, and decoding, cleaning and testing each of those
+in Python cost ~6 us a line: 18 s for the file (bench/README.md, twelfth pass). `Skimmer` answers for a whole buffer of raw
 lines at once, in C-speed passes, which lines the log reader (`scan/_logs.py`) could do
 anything with; `LineSource` hands out only those. The answer is a superset, so the reader's
 result does not change:
@@ -12,8 +12,9 @@ result does not change:
   text normaliser would rewrite (colour codes, entities, JSON records);
 - once a candidate may open a traceback, every line after it is handed out until one that
   cannot continue it (the reader's own tests, on the line as the reader sees it);
-- before each run of lines handed out, the last lines passed over that the reader keeps as
-  context (`CONTEXT_LINES` of them) are handed out too.
+- before a line that may open a traceback (and at a region's end, for the next region), the
+  last lines the reader keeps as context (`CONTEXT_LINES` of them) are handed out too: the
+  reader looks at them only when it opens one.
 
 Most lines of a long log are the same few templates with other numbers in them, so the
 needles are looked for in the buffer's distinct lines once digits are all made `0`: a
