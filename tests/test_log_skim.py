@@ -189,3 +189,25 @@ def test_piped_text_is_read_as_the_same_bytes_in_a_file_are(fixtures, tmp_path):
 
     assert seen(piped) and seen(piped) == seen(stored)
     assert any((e["line"] or 0) > 40_000 for f in piped["findings"] for e in f["evidence"])
+
+
+def test_a_skimmed_traceback_that_lost_its_indentation_is_read_whole(monkeypatch):
+    rnd = random.Random(10)
+    pasted = [
+        "Traceback (most recent call last):",
+        'File "/home/u/train.py", line 13, in',
+        "trainer.fit(model)",  # no needle, not indented: read only as the traceback's
+        'File "/opt/lib/fit.py", line 283, in fit',
+        "out = self.step(batch)",
+        'File "/opt/lib/step.py", line 40, in step',
+        "return self.module(batch)",
+        'File "/opt/lib/module.py", line 7, in __call__',
+        "return self.forward(x)",
+        "RuntimeError: Wait timeout",
+    ]
+    lines = _filler(rnd, MAX_BUFFERED_LINES + 3_000) + pasted + _filler(rnd, 3_000)
+    skimmed, passed = _read(lines, "driver.log", 4 * 2**20, True, monkeypatch)
+    assert passed > 20_000
+    assert skimmed == _read(lines, "driver.log", 4 * 2**20, False, monkeypatch)[0]
+    assert [(f[0], f[2].line) for f in skimmed[0]] == [("RuntimeError", MAX_BUFFERED_LINES + 3_001)]
+    assert "trainer.fit(model)" in skimmed[0][0][4]

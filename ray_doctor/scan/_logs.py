@@ -57,6 +57,8 @@ STANDALONE_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\([\w.]+\
 # A warning printed without its `file.py:N:` prefix ("UserWarning: TypedStorage is deprecated")
 # is no failure, whatever follows it; in a traceback, a warning raised as an error still is.
 STANDALONE_WARNING = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*Warning: ")
+# A traceback's frame line without its indentation.
+BARE_FRAME = re.compile(r'File "[^"\n]+", line \d+')
 # Ray's log deduplication appends this to a line it has folded repeats of.
 DEDUP_SUFFIX = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 RECORD_START = re.compile(
@@ -608,6 +610,12 @@ class _TextLogParser:
             self.block.append((lineno, line))
             self.after_exception = MAX_MESSAGE_CONTINUATION
             return True
+        if BARE_FRAME.match(line):
+            # A frame whose indentation was lost (copied from a rendered page): it and its
+            # code line, unindented too, are still the traceback's.
+            self.block.append((lineno, line))
+            self.after_exception = max(self.after_exception, 1)
+            return True
         if self.after_exception > 0 and not self.record_start and not RECORD_START.match(line):
             self.after_exception -= 1
             self.block.append((lineno, line))
@@ -921,6 +929,8 @@ def _may_continue(text: str, allowance: int) -> int | None:
         return allowance
     if is_exception_line(text):
         return MAX_MESSAGE_CONTINUATION
+    if BARE_FRAME.match(text):
+        return max(allowance, 1)
     return allowance - 1 if allowance > 0 else None
 
 

@@ -231,3 +231,22 @@ NotImplementedError
     (finding,) = findings_of(report, "trial-error")
     assert "`Trainable.save_checkpoint`: the class does not define it" in finding["message"]
     assert "load_checkpoint(self, checkpoint_dir)" in finding["fix"]
+
+
+def test_a_traceback_that_lost_its_indentation_is_still_one_failure():
+    # As copied from a rendered page (pytorch/gloo#148): frames and code lines unindented,
+    # `<module>` gone. It was an empty "unknown error" at the header, then the exception apart.
+    text = (
+        "Traceback (most recent call last):\n"
+        'File "/home/simon/Desktop/dist_rl/dist_rl.py", line 13, in\n'
+        'dist.init_process_group(rank=0,backend="gloo",init_method=\'file:///home/simon/Desktop/'
+        "shared_folder/gloo_shared_file',world_size=2)\n"
+        'File "/home/simon/anaconda3/lib/python3.6/site-packages/torch/distributed/'
+        'distributed_c10d.py", line 283, in init_process_group\n'
+        "_default_pg = ProcessGroupGloo(store, rank, world_size)\n"
+        "RuntimeError: Wait timeout\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "trial-error")
+    assert finding["message"].startswith("The run failed with RuntimeError: Wait timeout")
+    assert [e["line"] for e in finding["evidence"]] == [1, 6]
