@@ -244,15 +244,15 @@ class LineSource:
 
     def _pass_over(self, end: int) -> None:
         """Move past the complete lines in _buf[_pos:end], keeping the last non-blank ones."""
-        if end <= self._pos:
+        first = self._pos
+        if end <= first:
             return
-        count = self._buf.count(b"\n", self._pos, end)
+        self._count_over(end)
         kept: list[tuple[int, str]] = []
         line_end = end - 1  # the newline closing the last line passed over
-        lineno = self._lineno + count
-        while line_end > self._pos and len(kept) < self._keep:
-            start = self._buf.rfind(b"\n", self._pos, line_end) + 1
-            start = max(start, self._pos)
+        lineno = self._lineno
+        while line_end > first and len(kept) < self._keep:
+            start = max(self._buf.rfind(b"\n", first, line_end) + 1, first)
             raw = self._buf[start:line_end]
             if raw.strip():
                 kept.append((lineno, raw[: self._max_line].decode("utf-8", "replace")))
@@ -260,9 +260,6 @@ class LineSource:
             line_end = start - 1
         self.passed_over.extend(reversed(kept))
         del self.passed_over[: -self._keep]
-        self._lineno += count
-        self.lines_passed_over += count
-        self._pos = end
 
     def has_lines(self, count: int) -> bool:
         """Whether `count` lines are known to follow (the buffer, filled once if empty, holds
