@@ -26,8 +26,10 @@ run: $(VENV)/.installed-run
 	  echo "(exit code $$code: 1 means findings at or above --fail-on)"; [ $$code -le 1 ]
 
 # The whole suite on the pinned Ray, then the Ray-facing tests on the older Ray CI also runs.
+# Two workers: one runs the tests that start Ray, one after another (tests/conftest.py), the
+# other everything else meanwhile.
 test: $(VENV)/.installed-test lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 	$(MAKE) test-ray-compat
 
 # The tests that start Ray or follow a live sweep, with every core kept busy by a CPU hog:

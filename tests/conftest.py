@@ -36,6 +36,57 @@ PEAK_RSS = (
 )
 
 
+# `make test` runs the suite on two xdist workers (`-n 2 --dist loadgroup`). Every test that
+# starts Ray goes to one of them, in collection order as without xdist: two Ray instances at
+# once on two cores only slow each other down, and the session runs these tests share
+# (tests/smoke_runs.py) are then made once. The other worker runs the rest meanwhile.
+RAY_FIXTURES = frozenset(
+    {
+        "smoke_cpu",
+        "smoke_no_gpu",
+        "smoke_too_many_workers",
+        "smoke_unreachable",
+        "smoke_port_and_storage",
+        "relaunch_reproduced",
+        "relaunch_too_short",
+        "relaunch_changed",
+        "local_ray",
+        "callback_runs",
+        "live_job",
+        "ray_head",
+    }
+)
+RAY_TEST_DIRS = (REPO / "tests" / "smoke", REPO / "tests" / "integrations")
+
+
+def starts_ray(item: pytest.Item) -> bool:
+    return (
+        item.get_closest_marker("ray") is not None
+        or not RAY_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        or any(item.path.resolve().is_relative_to(folder) for folder in RAY_TEST_DIRS)
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if starts_ray(item):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: plain `pytest` runs without xdist too
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Loud, not silent, if xdist stops honouring the group: Ray tests would then run two at a
+    time and fail as a loaded machine's would (a Train run killed by the memory monitor)."""
+    if node.config.getoption("dist") != "loadgroup" or any("@ray" in i for i in ids):
+        return
+    if any(i.startswith(("tests/smoke/", "tests/integrations/")) for i in ids):
+        raise pytest.UsageError(
+            "--dist loadgroup grouped nothing: this pytest and pytest-xdist do not work "
+            "together (pytest-dev/pytest-xdist#1386); `make test` installs versions that do"
+        )
+
+
 @pytest.fixture(scope="session")
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled fixtures, copied to another absolute path: experiments get moved."""

@@ -8,6 +8,7 @@ pointed at a fresh dir so the test can prove smoke removed its temp files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -104,6 +105,23 @@ def processes_naming(fragment: str) -> list[str]:
         if fragment in cmdline and process.pid != os.getpid():
             found.append(f"{process.pid} {cmdline[:120]}")
     return found
+
+
+# Ray's gcs_server ignores SIGTERM: `ray stop` waits out its grace period (16 s) before
+# SIGKILL. A test's own head has nothing to flush, so a short grace does the same job.
+STOP_GRACE_S = 3
+
+
+def stop_processes(processes: list[psutil.Process]) -> None:
+    """What `ray stop` does to a head's processes (SIGTERM, a grace period, SIGKILL)."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=STOP_GRACE_S)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
 
 
 def assert_nothing_left(run: SmokeRun) -> None:

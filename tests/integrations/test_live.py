@@ -7,11 +7,9 @@ only the processes it started: every process of the head carries a tag in its en
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import run_cli, validate
-from smoke_runs import free_port
+from smoke_runs import free_port, stop_processes
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -42,16 +40,8 @@ def _tagged(tag: str) -> list[psutil.Process]:
 
 
 def _stop_head(tag: str) -> list[psutil.Process]:
-    """What `ray stop` does (SIGTERM, a grace period, SIGKILL), to this head's processes only."""
-    processes = _tagged(tag)
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.send_signal(signal.SIGTERM)
-    _, alive = psutil.wait_procs(processes, timeout=15)
-    for process in alive:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(alive, timeout=10)
+    """`ray stop` for this head's processes only; what is still alive after it."""
+    stop_processes(_tagged(tag))
     return _tagged(tag)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from smoke_runs import free_port, processes_naming, run_smoke, smoke_env
+from smoke_runs import free_port, processes_naming, run_smoke, smoke_env, stop_processes
 
 RAY = Path(sys.executable).with_name("ray")
 
@@ -40,12 +40,7 @@ def ray_head(tmp_path_factory):
     processes = [
         p for p in psutil.process_iter(["cmdline"]) if temp_dir in " ".join(p.info["cmdline"] or [])
     ]
-    for process in processes:
-        process.terminate()
-    _, alive = psutil.wait_procs(processes, timeout=15)
-    for process in alive:
-        process.kill()
-    psutil.wait_procs(alive, timeout=5)
+    stop_processes(processes)
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
