@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from conftest import experiment_dir
@@ -201,3 +202,18 @@ def test_unlisted_dirs_of_the_same_run_stay(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_storage_full")))
     assert report["experiments"][0]["earlier_run_trial_dirs"] == []
     assert report["summary"]["trials_by_status"]["UNKNOWN"] == 2
+
+
+def test_a_resumed_experiment_started_when_its_first_run_did(fixtures):
+    """Tuner.restore writes a newer experiment_state whose start_time is the restore's; the
+    experiment and its trials started at the first run, and the report must say so."""
+    path = experiment_dir(fixtures, "tune_resumed")
+    states = sorted(path.glob("experiment_state-*.json"))
+    assert len(states) == 2, "the first run's state and the restore's"
+    first, restore = (json.loads(s.read_text())["stats"]["start_time"] for s in states)
+    assert restore > first + 4, "the fixture's restore came 5 s after the first run"
+    _, exp = only_experiment(path)
+    assert first <= exp.start_time < restore
+    assert all(t.start_time < restore for t in exp.trials), [t.start_time for t in exp.trials]
+    # The newest state is still the one read: the restored trial finished.
+    assert {t.status for t in exp.trials} == {TrialStatus.TERMINATED}

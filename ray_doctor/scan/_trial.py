@@ -92,6 +92,9 @@ def trial_from_record(record: TrialRecord, name: str, path: str | None) -> Trial
     return trial
 
 
+TIMESTAMP_RESOLUTION_S = 1.0  # result.json's `timestamp`: int(time.time())
+
+
 def apply_record(trial: Trial, record: TrialRecord) -> None:
     """Merge what the experiment state says into a trial read from its dir; the state wins
     on status and config, the dir on history."""
@@ -101,7 +104,13 @@ def apply_record(trial: Trial, record: TrialRecord) -> None:
     trial.config = record.config or trial.config
     trial.max_failures = record.max_failures
     trial.num_failures = record.num_failures
-    trial.start_time = record.start_time if record.start_time is not None else trial.start_time
+    # The state's start_time is the latest start: a trial restored (Tuner.restore) has rows
+    # in its dir from before it, and started no later than the first of them. (A row's
+    # timestamp is whole seconds: one in the second the trial started is not earlier.)
+    state_start, first_row = record.start_time, trial.start_time
+    trial.start_time = state_start if state_start is not None else first_row
+    if state_start is not None and first_row is not None:
+        trial.start_time = min(state_start, first_row + TIMESTAMP_RESOLUTION_S)
     times = [t for t in (record.last_result_time, trial.last_result_time) if t is not None]
     trial.last_result_time = max(times) if times else None
     if record.last_result:

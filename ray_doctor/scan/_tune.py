@@ -325,6 +325,9 @@ def _set_times(experiment: Experiment) -> None:
     ends = [t for t in ends if t > 0]
     if ends:
         experiment.end_time = max(ends)
-    if experiment.start_time is None:
-        starts = [t.start_time for t in experiment.trials if t.start_time]
-        experiment.start_time = min(starts) if starts else None
+    # The state's start_time is the driver's latest start: after a Tuner.restore, trials
+    # started before it.
+    starts = [t.start_time for t in experiment.trials if t.start_time]
+    if experiment.start_time is not None:
+        starts.append(experiment.start_time)
+    experiment.start_time = min(starts) if starts else None
