@@ -106,6 +106,14 @@ def test_fifo_in_an_experiment_does_not_hang(fixtures, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_fifo_given_as_logs_is_reported_once_and_does_not_hang(fixtures, tmp_path):
+    fifo = tmp_path / "driver.log"
+    os.mkfifo(fifo)
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_healthy")), "--logs", str(fifo))
+    assert code == 0
+    assert [e["reason"] for e in report["errors"]] == ["not a regular file"]
+
+
 def test_symlink_loop_is_reported_not_followed_forever(tmp_path, fixtures):
     exp = tmp_path / "exp"
     shutil.copytree(experiment_dir(fixtures, "tune_healthy"), exp)

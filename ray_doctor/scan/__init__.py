@@ -104,6 +104,8 @@ def _read_dumps_target(target: str, into: CollectiveEvidence, extra: LogResult) 
         storage, path, entry = _open(target)
     except ScanFailure:
         return  # _read_log_target has reported it
+    if not (entry.is_dir or entry.is_file):
+        return  # a device or a pipe: _read_log_target has reported it too
     if entry.is_dir:
         found, errors = flight_recorder.read_evidence_dir(storage, path)
     else:
