@@ -85,11 +85,14 @@ class FindingGroup:
         """The lead's message with its own trial id left out: what the group's trials share."""
         lead = self.lead
         message = lead["message"]
-        if lead.get("trial_id"):
-            message = message.replace(f"Trial {lead['trial_id']} ", "").replace(
-                lead["trial_id"], "<trial>"
-            )
-        return message[:1].upper() + message[1:]
+        trial_id = lead.get("trial_id")
+        if not trial_id:
+            return message
+        opening = f"Trial {trial_id} "
+        rest = message.replace(opening, "").replace(trial_id, "<trial>")
+        # "Trial x failed ..." -> "Failed ...": a sentence again. A message that starts with a
+        # path or a name keeps its case ("tune_healthy/tuner.pkl: ...").
+        return rest[:1].upper() + rest[1:] if message.startswith(opening) else rest
 
 
 def subject(group: FindingGroup) -> str:

@@ -13,7 +13,7 @@ from samples import inspect_report
 
 from ray_doctor.model import TrialStatus
 from ray_doctor.report import build_inspect_report
-from ray_doctor.report._groups import finding_groups, normalised
+from ray_doctor.report._groups import FindingGroup, finding_groups, normalised
 from ray_doctor.report._html import HtmlFormatter
 from ray_doctor.report._markdown import MarkdownFormatter
 from ray_doctor.report._terminal import TerminalFormatter
@@ -71,6 +71,22 @@ def test_what_varies_between_trials_is_masked_and_the_rest_is_not():
     assert a == b
     different = normalised("Trial x failed with ValueError: shape '[-1, 512, 4]'", "x")
     assert different != a
+
+
+def test_a_group_cause_is_the_shared_sentence_and_a_path_keeps_its_case():
+    def cause(message: str, trial_id: str | None) -> str:
+        finding = {"message": message, "trial_id": trial_id, "experiment": "exp"}
+        return FindingGroup("g", [finding, dict(finding)]).cause
+
+    assert cause("Trial 2b265_00002 failed with ValueError: x", "2b265_00002") == (
+        "Failed with ValueError: x"
+    )
+    assert cause("tune_healthy/tuner.pkl: pickle #1 references ...", None) == (
+        "tune_healthy/tuner.pkl: pickle #1 references ..."
+    )
+    assert cause("checkpoint_000001 of 2b265_00002 is empty", "2b265_00002") == (
+        "checkpoint_000001 of <trial> is empty"
+    )
 
 
 def test_json_group_ids_are_stable_and_tell_causes_apart(fixtures, tmp_path):
