@@ -454,8 +454,8 @@ def verify_checkpoint(
         str,
         typer.Argument(
             help="A checkpoint dir, a checkpoint file (.pt .pth .bin .ckpt .pkl .safetensors), a "
-            "torch.distributed.checkpoint dir, or with --all a trial / experiment dir; a URI "
-            "works too.",
+            "torch.distributed.checkpoint dir, or a trial / experiment / storage dir (each "
+            "checkpoint in it, as --all); a URI works too.",
             show_default=False,
         ),
     ],
@@ -481,7 +481,7 @@ def verify_checkpoint(
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """Check a checkpoint is whole, sane and safe to load, without executing it."""
-    from ray_doctor.checkpoint import VerifyFailure, diagnose, verify, verify_all
+    from ray_doctor.checkpoint import RunDirGiven, VerifyFailure, diagnose, verify, verify_all
     from ray_doctor.report import build_verify_report
 
     formatter = _formatter(output_format, output, color, 20)
@@ -490,7 +490,17 @@ def verify_checkpoint(
         if all_checkpoints:
             result = verify_all(path, values, against_previous=previous)
         else:
-            result = verify(path, values)
+            try:
+                result = verify(path, values)
+            except RunDirGiven as given:
+                # Read whole, a run dir's own tuner.pkl would read as an unsafe checkpoint.
+                if not quiet:
+                    typer.echo(
+                        f"ray-doctor: {shown_target(path)} is {given.what}, not a checkpoint: "
+                        "verifying each checkpoint in it (as --all does)",
+                        err=True,
+                    )
+                result = verify_all(path, values, against_previous=previous)
         reference = None
         if against and not previous:
             reference_result = verify(against, values=False)

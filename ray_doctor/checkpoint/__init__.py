@@ -28,6 +28,15 @@ class VerifyFailure(Exception):
     """The target cannot be read at all: exit 2."""
 
 
+class RunDirGiven(Exception):
+    """The target holds runs, not one checkpoint: Ray's own state files in it (tuner.pkl, the
+    searcher's state) would read as unsafe pickles. `verify_all` is what it asks for."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 @dataclass
 class VerifyResult:
     target: str
@@ -241,6 +250,9 @@ def verify(target: str, values: bool = True) -> VerifyResult:
     storage, path, entry = _open(target)
     result = VerifyResult(storage.display(path), "checkpoint")
     if entry.is_dir:
+        what = _run_dir(storage, path)
+        if what is not None:
+            raise RunDirGiven(what)
         result.checkpoints.append(verify_dir(storage, path, values, result.errors))
     elif entry.is_file:
         checkpoint = CheckpointResult(storage.display(path), "file")
@@ -249,6 +261,33 @@ def verify(target: str, values: bool = True) -> VerifyResult:
     else:
         raise VerifyFailure(f"{target}: not a regular file or dir")
     return result
+
+
+def _run_dir(storage: Storage, path: str) -> str | None:
+    """What kind of run dir `path` is (an experiment, a trial, a storage_path), by what Ray
+    writes in it; None for anything else. A trial dir needs params.json and one more of Tune's
+    files beside it: a model dir may hold a params.json of its own (Llama's do)."""
+    from ray_doctor.scan import experiments_below, holds_experiment
+
+    try:
+        entries = storage.list_dir(path)
+    except StorageError:
+        return None  # verify_dir reports it
+    if holds_experiment(entries):
+        return "a Ray Tune / Train experiment dir"
+    names = {entry.name for entry in entries if not entry.is_dir}
+    if "params.json" in names and names & {
+        "result.json",
+        "progress.csv",
+        "params.pkl",
+        "error.txt",
+    }:
+        return "a Tune trial dir"
+    if not any(name.endswith(MODEL_SUFFIXES) for name in names) and experiments_below(
+        storage, entries
+    ):
+        return "a dir of Ray experiments"
+    return None
 
 
 def verify_all(target: str, values: bool = True, against_previous: bool = False) -> VerifyResult:

@@ -317,6 +317,11 @@ def _scan_storage_path(
         result.layout = Layout.STORAGE
 
 
+def experiments_below(storage: Storage, entries: list[Entry]) -> bool:
+    """Whether a dir whose listing is `entries` holds experiments below it (a storage_path)."""
+    return bool(_find_experiments(storage, entries, ScanResult(target="", layout=None)))
+
+
 def _find_experiments(
     storage: Storage, entries: list[Entry], result: ScanResult
 ) -> list[tuple[Entry, list[Entry]]]:
@@ -339,7 +344,7 @@ def _find_experiments(
             except StorageError as exc:
                 result.errors.append(ScanError(exc.path, exc.reason))
                 continue
-            if _holds_experiment(child_entries):
+            if holds_experiment(child_entries):
                 found.append((child, child_entries))
             elif not looks_like_trial_dir(child_entries):
                 next_frontier += [e for e in child_entries if e.is_dir]
@@ -349,7 +354,7 @@ def _find_experiments(
     return found
 
 
-def _holds_experiment(entries: list[Entry]) -> bool:
+def holds_experiment(entries: list[Entry]) -> bool:
     """What `_read_experiment` reads as an experiment (it returns one for each of these)."""
     if is_tune_experiment(entries) or is_train_v2_run(entries):
         return True
@@ -357,4 +362,11 @@ def _holds_experiment(entries: list[Entry]) -> bool:
     return bool(names & EXPERIMENT_MARKERS) and not looks_like_trial_dir(entries)
 
 
-__all__ = ["ScanCache", "ScanFailure", "scan", "scan_storage"]
+__all__ = [
+    "ScanCache",
+    "ScanFailure",
+    "experiments_below",
+    "holds_experiment",
+    "scan",
+    "scan_storage",
+]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
 from ckpt_helpers import verify_json
+from conftest import experiment_dir
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -54,3 +57,44 @@ def test_nothing_to_verify_and_missing_reference(tmp_path):
     assert proc.returncode == 0, "a text file is looked at and found harmless"
     proc = run(str(tmp_path / "notes.txt"), "--against", str(tmp_path / "missing.pt"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_an_experiment_dir_is_verified_checkpoint_by_checkpoint(fixtures):
+    # Read as one checkpoint, the experiment's own tuner.pkl and searcher state would be
+    # "unsafe pickles": the dir is taken as --all takes it, and stderr says so.
+    exp = str(experiment_dir(fixtures, "tune_healthy"))
+    proc = run(exp, "--format", "json")
+    assert proc.returncode == 0, proc.stdout
+    assert "not a checkpoint: verifying each checkpoint in it" in proc.stderr
+    _, with_all = verify_json(exp, "--all")
+    plain = json.loads(proc.stdout)
+    assert plain["target"]["layout"] == "tune"
+    assert [c["path"] for c in plain["checkpoints"]] == [c["path"] for c in with_all["checkpoints"]]
+    assert len(plain["checkpoints"]) == 6 and not plain["findings"]
+    assert "not a checkpoint" not in run(exp, "--quiet").stderr
+
+
+def test_a_trial_dir_and_a_storage_path_are_verified_as_runs(fixtures, tmp_path):
+    exp = experiment_dir(fixtures, "tune_corrupt_checkpoint")
+    trial = next(p for p in sorted(exp.iterdir()) if (p / "params.json").exists())
+    storage = tmp_path / "ray_results"
+    shutil.copytree(exp, storage / exp.name)
+    for target, layout in ((trial, "trial"), (storage, "storage")):
+        code, report = verify_json(str(target))
+        assert report["target"]["layout"] == layout
+        assert all(c["trial_id"] for c in report["checkpoints"])
+        # The sweep's one trial: its truncated newest checkpoint, and nothing about Ray's files.
+        assert code == 1 and {f["rule"] for f in report["findings"]} == {"checkpoint-corrupt"}
+        assert report["latest_restorable"][0]["checkpoint"]
+
+
+def test_a_model_dir_with_its_own_params_json_is_one_checkpoint(healthy_pt, tmp_path):
+    # Llama-style dirs hold weights beside a params.json: no Tune trial dir for all that.
+    model = tmp_path / "llama"
+    model.mkdir()
+    shutil.copy(healthy_pt, model / "consolidated.00.pth")
+    (model / "params.json").write_text('{"dim": 8, "n_layers": 2}')
+    code, report = verify_json(str(model))
+    assert code == 0
+    assert report["target"]["layout"] == "checkpoint"
+    assert len(report["checkpoints"]) == 1 and report["checkpoints"][0]["tensors"] >= 10
