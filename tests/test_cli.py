@@ -123,6 +123,25 @@ def test_terminal_report_shows_table_findings_and_summary(fixtures):
     assert "\x1b[" not in out, "no colour codes when NO_COLOR is set / not a TTY"
 
 
+def test_a_train_v2_run_read_without_its_logs_says_where_its_outcome_is(fixtures):
+    # Train V2 storage looks the same after a crash and after a clean finish: "exit 0" alone
+    # would read as "it worked".
+    failed = fixtures / "train_v2_rank_failure"
+    run_dir = str(experiment_dir(fixtures, "train_v2_rank_failure"))
+    note = "Train V2 keeps no run status or error in storage_path"
+    wide = {"COLUMNS": "300"}
+    for output_format in ("terminal", "markdown"):
+        alone = run_cli("inspect", run_dir, "--format", output_format, env=wide)
+        assert alone.returncode == 0 and note in alone.stdout
+        with_logs = run_cli(
+            "inspect", run_dir, "--logs", str(failed / "driver.log"), "-f", output_format, env=wide
+        )
+        assert with_logs.returncode == 1 and note not in with_logs.stdout
+    tune_trial = next(experiment_dir(fixtures, "tune_trial_error").glob("*/params.json")).parent
+    tune = run_cli("inspect", str(tune_trial), env=wide)
+    assert "UNKNOWN" in tune.stdout and note not in tune.stdout
+
+
 def test_stdin_error_text(fixtures):
     exp = experiment_dir(fixtures, "tune_trial_error")
     error_txt = next(exp.glob("*/error.txt")).read_text()

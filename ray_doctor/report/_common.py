@@ -115,6 +115,21 @@ def verdict(data: dict[str, Any]) -> str:
     return f"passed (--fail-on {threshold})"
 
 
+def unknown_run_note(experiment: dict[str, Any], trials: list[dict[str, Any]]) -> str | None:
+    """What to add when an experiment's outcome cannot be known from what was read: a Train V2
+    run keeps no status or error in storage_path (unless ray-doctor's callback wrote one), so
+    without its logs a failed run reads like a healthy one."""
+    if experiment.get("layout") != "train-v2" or experiment.get("logs"):
+        return None
+    if not any(t["status"] == "UNKNOWN" for t in trials):
+        return None
+    return (
+        "Train V2 keeps no run status or error in storage_path: whether this run failed, and "
+        "why, is in the driver's output or the session logs; pass either with --logs "
+        "(e.g. --logs /tmp/ray/session_latest/logs)"
+    )
+
+
 def subject_line(data: dict[str, Any]) -> str:
     """'inspect fixtures/x [storage]': the command and what it looked at."""
     target = data["target"]

@@ -26,6 +26,7 @@ from ray_doctor.report._common import (
     plural,
     short_path,
     subject_line,
+    unknown_run_note,
     verdict,
     where,
 )
@@ -141,6 +142,12 @@ def _head(data: dict[str, Any]) -> Iterator[str]:
         facts.append(f"**{counts_line(data)}**")
     facts.append(f"exit {code}")
     yield " · ".join(facts)
+    trials = data.get("trials", [])
+    for experiment in data.get("experiments", []):
+        own = [t for t in trials if t["experiment"] == experiment["name"]]
+        note = unknown_run_note(experiment, own)
+        if note:
+            yield f"_{text(experiment['name'])}: {text(note)}._"
 
 
 def _what_happened(groups: list[FindingGroup]) -> str:

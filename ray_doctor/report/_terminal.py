@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ray_doctor.report._common import SEVERITY_MARK, STAGE_MARK, short_path
+from ray_doctor.report._common import SEVERITY_MARK, STAGE_MARK, short_path, unknown_run_note
 from ray_doctor.report._groups import (
     FindingGroup,
     finding_groups,
@@ -106,6 +106,9 @@ class TerminalFormatter(Formatter):
         for experiment in experiments:
             own = [t for t in trials if t["experiment"] == experiment["name"]]
             yield self._experiment_line(experiment, own)
+            note = unknown_run_note(experiment, own)
+            if note:
+                yield self._indent(Text(f"({note})", style="dim"), 2)
             if own and self._rows < 0:
                 yield Text(
                     f"  (trial table left out: --max-rows {DEFAULT_ROWS} shows it)", style="dim"
