@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from ray_doctor.findings import Finding, Related, Severity
 from ray_doctor.model import Layout, ScanResult
 from ray_doctor.rules._base import Rule, RuleDoc
+from ray_doctor.rules._forked import findings_by_rule
 from ray_doctor.rules.checkpoint_corrupt import CheckpointCorrupt
 from ray_doctor.rules.checkpoint_empty import CheckpointEmpty
 from ray_doctor.rules.checkpoint_missing import CheckpointMissing
@@ -128,7 +129,7 @@ def run_rules(result: ScanResult, rules: Iterable[type[Rule]] = INSPECT_RULES) -
     findings: list[Finding] = []
     for experiment in result.experiments:
         story = f"text:{experiment.path}" if experiment.layout == Layout.LOG else None
-        own = fold((f for rule in instances for f in rule.check(experiment)), story)
+        own = fold((f for found in findings_by_rule(instances, experiment) for f in found), story)
         for rule in instances:
             if getattr(rule, "needs_findings", False):
                 own += list(rule.check_findings(experiment, own))

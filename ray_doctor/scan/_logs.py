@@ -23,6 +23,7 @@ from ray_doctor._literals import (
     may_match,
     requirements,
 )
+from ray_doctor._pool import can_fork, cpus, forked_pool
 from ray_doctor.model import TUNE_STATUS, Evidence, Failure, LogEvent, ScanError
 from ray_doctor.scan._errorfile import HEADER, parse_error_text
 from ray_doctor.scan._linesource import LineSource, Opener
@@ -35,7 +36,6 @@ from ray_doctor.scan._normalise import (
     machine_numbered,
     normalise_numbered,
 )
-from ray_doctor.scan._pool import can_fork, cpus, forked_pool
 from ray_doctor.scan._skim import MANY, ReaderView, Skimmer
 from ray_doctor.scan._skim import Needles as SkimNeedles
 from ray_doctor.scan._skim import needles as skim_needles

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from functools import partial
 from typing import NamedTuple
 
+from ray_doctor._pool import can_fork, cpus, forked_pool
 from ray_doctor.model import Experiment, Layout, ScanError, Trial
 from ray_doctor.scan._cache import ScanCache
 from ray_doctor.scan._cutoff import json_cut_off
-from ray_doctor.scan._pool import can_fork, cpus, forked_pool
 from ray_doctor.scan._state import StateError, StateFile, TrialRecord, read_state
 from ray_doctor.scan._trial import (
     apply_record,

@@ -1,4 +1,4 @@
-"""Forked reader processes, shared by the trial-dir readers and the session-log readers.
+"""Forked worker processes, shared by the trial-dir and session-log readers and the rules.
 
 Reading is CPU-bound Python that holds the GIL, so a big local read is spread over processes.
 `fork` makes a reader start in milliseconds with every module already imported.
@@ -7,7 +7,10 @@ Reading is CPU-bound Python that holds the GIL, so a big local read is spread ov
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # concurrent.futures.process costs ~15 ms to import; most runs never fork
+    from concurrent.futures import ProcessPoolExecutor
 
 
 def cpus() -> int:
@@ -26,6 +29,7 @@ def forked_pool(processes: int) -> ProcessPoolExecutor:
     interrupt with `wait=True, cancel_futures=True` (each reader ends after its task: one left
     behind would hold the caller's stdout open)."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     return ProcessPoolExecutor(
         processes,
