@@ -503,7 +503,12 @@ def verify_checkpoint(
                 result = verify_all(path, values, against_previous=previous)
         reference = None
         if against and not previous:
-            reference_result = verify(against, values=False)
+            try:
+                reference_result = verify(against, values=False)
+            except RunDirGiven as given:
+                raise VerifyFailure(
+                    f"--against {shown_target(against)} is {given.what}: name one checkpoint in it"
+                ) from None
             reference = reference_result.checkpoints[0] if reference_result.checkpoints else None
     except VerifyFailure as exc:
         _emit_could_not_run(

@@ -72,6 +72,11 @@ def test_an_experiment_dir_is_verified_checkpoint_by_checkpoint(fixtures):
     assert [c["path"] for c in plain["checkpoints"]] == [c["path"] for c in with_all["checkpoints"]]
     assert len(plain["checkpoints"]) == 6 and not plain["findings"]
     assert "not a checkpoint" not in run(exp, "--quiet").stderr
+    # A reference is one checkpoint: a run dir there is a usage error, not a crash.
+    checkpoint = next(experiment_dir(fixtures, "tune_healthy").glob("*/checkpoint_000001"))
+    proc = run(str(checkpoint), "--against", exp)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "name one checkpoint in it" in proc.stderr and "internal error" not in proc.stderr
 
 
 def test_a_trial_dir_and_a_storage_path_are_verified_as_runs(fixtures, tmp_path):
