@@ -481,7 +481,14 @@ def verify_checkpoint(
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """Check a checkpoint is whole, sane and safe to load, without executing it."""
-    from ray_doctor.checkpoint import RunDirGiven, VerifyFailure, diagnose, verify, verify_all
+    from ray_doctor.checkpoint import (
+        RunDirGiven,
+        VerifyFailure,
+        diagnose,
+        verify,
+        verify_all,
+        verify_path,
+    )
     from ray_doctor.report import build_verify_report
 
     formatter = _formatter(output_format, output, color, 20)
@@ -490,17 +497,14 @@ def verify_checkpoint(
         if all_checkpoints:
             result = verify_all(path, values, against_previous=previous)
         else:
-            try:
-                result = verify(path, values)
-            except RunDirGiven as given:
+            result, run_dir = verify_path(path, values, against_previous=previous)
+            if run_dir and not quiet:
                 # Read whole, a run dir's own tuner.pkl would read as an unsafe checkpoint.
-                if not quiet:
-                    typer.echo(
-                        f"ray-doctor: {shown_target(path)} is {given.what}, not a checkpoint: "
-                        "verifying each checkpoint in it (as --all does)",
-                        err=True,
-                    )
-                result = verify_all(path, values, against_previous=previous)
+                typer.echo(
+                    f"ray-doctor: {shown_target(path)} is {run_dir}, not a checkpoint: "
+                    "verifying each checkpoint in it (as --all does)",
+                    err=True,
+                )
         reference = None
         if against and not previous:
             try:

@@ -263,6 +263,17 @@ def verify(target: str, values: bool = True) -> VerifyResult:
     return result
 
 
+def verify_path(
+    target: str, values: bool = True, against_previous: bool = False
+) -> tuple[VerifyResult, str | None]:
+    """`verify` of a checkpoint, or `verify_all` of a run dir (and what kind of run dir it is,
+    for the caller to say so): what `verify-checkpoint PATH` does without `--all`."""
+    try:
+        return verify(target, values), None
+    except RunDirGiven as given:
+        return verify_all(target, values, against_previous), given.what
+
+
 def _run_dir(storage: Storage, path: str) -> str | None:
     """What kind of run dir `path` is (an experiment, a trial, a storage_path), by what Ray
     writes in it; None for anything else. A trial dir needs params.json and one more of Tune's

@@ -50,9 +50,9 @@ def example_command(rule: type[Rule], root: Path = REPO_ROOT) -> str:
 
 def _example_findings(rule: type[Rule], target: str) -> list:
     if _verify_only(rule):
-        from ray_doctor.checkpoint import diagnose, verify, verify_all
+        from ray_doctor.checkpoint import diagnose, verify_all, verify_path
 
-        result = verify_all(target) if "--all" in rule.example_args else verify(target)
+        result = verify_all(target) if "--all" in rule.example_args else verify_path(target)[0]
         return [f for f in diagnose(result) if f.rule == rule.id]
     from ray_doctor.rules import run_rules
     from ray_doctor.scan import scan
