@@ -188,12 +188,23 @@ def _emit(formatter, report, output: Path | None) -> None:
         _refuse(f"cannot write {output}: {exc.strerror or exc}")
 
 
+# Set by `main()`, the console entry point, whose process ends with the command: it then exits
+# without tearing the model down object by object (~0.1 s at 10,000 trials, for nothing).
+# In-process callers (typer's CliRunner, tests) get a plain typer.Exit.
+_EXIT_AT_ONCE = False
+
+
 def _finish(formatter, report, output: Path | None, quiet: bool) -> NoReturn:
     """Emit the report and exit with its code (0, 1 or 3; 2 never gets here)."""
     _emit(formatter, report, output)
     if output is not None and not quiet:
         typer.echo(f"ray-doctor: report written to {output}", err=True)
-    raise typer.Exit(int(report.exit_code))
+    code = int(report.exit_code)
+    if _EXIT_AT_ONCE:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise typer.Exit(code)
 
 
 def _emit_could_not_run(
@@ -735,6 +746,8 @@ def explain(rule_id: Annotated[str, typer.Argument(help="A rule id, e.g. trial-e
 
 def main() -> None:
     """Console entry point: no traceback ever reaches the user unless asked for."""
+    global _EXIT_AT_ONCE
+    _EXIT_AT_ONCE = True
     try:
         app()
     except KeyboardInterrupt:
