@@ -108,15 +108,23 @@ class Hit:
     text: str | None = None  # for log hits: the lines around them, for details
 
 
+def ended_trials(experiment: Experiment) -> Iterator[Trial]:
+    """The trials a failure ended: errored, or of unknown status, with a failure recorded."""
+    return (
+        trial
+        for trial in experiment.trials
+        if trial.failures and trial.status in (TrialStatus.ERROR, TrialStatus.UNKNOWN)
+    )
+
+
 def ended_by(experiment: Experiment) -> Iterator[tuple[Trial | None, Failure, str]]:
     """(trial, failure, subject) for each failure that ended something.
 
     An errored trial is explained by its last failure; earlier ones were retried. A run-level
     failure (the driver's own traceback, a failure in a log) is explained as it stands.
     """
-    for trial in experiment.trials:
-        if trial.failures and trial.status in (TrialStatus.ERROR, TrialStatus.UNKNOWN):
-            yield trial, trial.failures[-1], trial_subject(experiment, trial)
+    for trial in ended_trials(experiment):
+        yield trial, trial.failures[-1], trial_subject(experiment, trial)
     for index, failure in enumerate(experiment.failures):
         yield None, failure, failure_subject(experiment, index)
 
