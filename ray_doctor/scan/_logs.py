@@ -543,6 +543,11 @@ class _TextLogParser:
         if prepared is None:
             return
         line, pid = prepared
+        # The driver prefixes every line a worker printed: a line without that worker's prefix
+        # is another process's output (the driver's, an IDE's), not its traceback.
+        foreign = self.block_pid is not None and pid != self.block_pid and line.strip()
+        if self.block is not None and foreign:
+            self._close()
         if self.block is not None and self._continues(lineno, line):
             if text_line.rank is not None:
                 self.ranks_seen.add(text_line.rank)

@@ -66,6 +66,11 @@ def _same(failure: Failure, experiment: Experiment, trial: Trial | None) -> Fail
 
 def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failure) -> None:
     known = _same(failure, experiment, trial)
+    if known is not None and len(failure.ranks) > len(known.ranks):
+        # A Train V2 WorkerGroupError names more ranks than one rank's own traceback: its
+        # text holds what the other ranks died of. It stands in for the copy seen first.
+        _replace_failure(experiment, trial, known, failure)
+        known, failure = failure, known
     if known is not None:
         # The same error seen twice (error.txt and the driver log, a worker and the driver):
         # keep one, with what either copy knew.
@@ -86,6 +91,19 @@ def _attach_failure(experiment: Experiment, trial: Trial | None, failure: Failur
     trial.failures.append(failure)
     if trial.status == TrialStatus.UNKNOWN and experiment.layout == Layout.TRAIN_V2:
         trial.status = TrialStatus.ERROR
+
+
+def _replace_failure(
+    experiment: Experiment, trial: Trial | None, old: Failure, new: Failure
+) -> None:
+    for failures in (
+        *(t.failures for t in ([trial] if trial else experiment.trials)),
+        experiment.failures,
+    ):
+        for index, failure in enumerate(failures):
+            if failure is old:
+                failures[index] = new
+                return
 
 
 def _trials_by_pid(experiments: list[Experiment]) -> dict[int, tuple[Experiment, Trial]]:

@@ -86,6 +86,9 @@ def test_train_v2_kill_names_the_rank_that_held_the_memory(fixtures):
     assert code == 1
     finding = report["findings"][0]
     assert finding["rule"] == "oom-ray-memory-monitor"
+    # The driver's WorkerGroupError ended the run: the run failed, and the kill is its cause.
+    assert report["trials"][0]["status"] == "ERROR"
+    assert finding["trial_id"] == "train_v2_oom_rank"
     assert "held by world rank 1 (pid 32239" in finding["message"]
     assert "killed with it: PreemptionWatcher.__init__" in finding["message"]
     assert "was running PreemptionWatcher" not in finding["message"]

@@ -69,6 +69,24 @@ def test_a_train_rank_that_crashed_is_named_beside_the_error_the_others_saw(fixt
     assert "faulthandler" in finding["fix"]
 
 
+def test_a_train_run_fails_with_the_error_that_names_every_rank(fixtures):
+    # Real Ray 2.60 Train V2: rank 1 was SIGKILLed. Rank 0's own traceback (a gloo error)
+    # comes first in driver.log; the driver's WorkerGroupError names both ranks and holds why
+    # rank 1 died. The run's failure is the latter, so the kill leads and the error folds in.
+    base = fixtures / "train_v2_fr_rank_killed"
+    _, report = inspect_json(
+        str(experiment_dir(fixtures, "train_v2_fr_rank_killed")),
+        "--logs",
+        str(base / "driver.log"),
+    )
+    (trial,) = report["trials"]
+    assert trial["status"] == "ERROR"
+    (lead,) = report["findings"]
+    assert lead["rule"] == "oom-killed-by-os" and lead["trial_id"] == trial["trial_id"]
+    (folded,) = lead["related"]
+    assert folded["rule"] == "trial-error" and "failed on ranks 0, 1" in folded["message"]
+
+
 def test_a_worker_death_without_its_log_names_no_crash(fixtures):
     _, report = inspect_json(str(experiment_dir(fixtures, "tune_worker_segfault")))
     assert "crashed" not in report["findings"][0]["message"]
