@@ -144,3 +144,34 @@ def test_inspect_reads_a_wrapped_coloured_quoted_paste(tmp_path):
     assert "28.80GB" in finding["message"]
     # The evidence points at the line the wrapped text started on in the pasted file.
     assert finding["evidence"][0]["line"] == 3
+
+
+def test_error_files_read_after_others_parse_as_they_do_alone():
+    """Lines are remembered across files (a sweep repeats one traceback): what a file parses
+    to must not depend on what was read before it, nor may a long line be cut by the memo."""
+    from pathlib import Path
+
+    from ray_doctor.scan import _normalise, _traceback
+    from ray_doctor.scan._errorfile import parse_error_lines
+
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    files = sorted(fixtures.glob("*/ray_results/*/*/error.txt"))
+    assert len(files) >= 10
+    long_line = "ValueError: " + "x" * (_normalise.MEMO_MAX_CHARS * 2)
+
+    def parse_all(paths: list[Path]) -> dict[Path, str]:
+        parsed = {}
+        for path in paths:
+            lines = [*path.read_text().splitlines(keepends=True), long_line]
+            parsed[path] = repr(parse_error_lines(lines, str(path)))
+        return parsed
+
+    def alone(path: Path) -> str:
+        _normalise._remembered_pieces.cache_clear()
+        _traceback._remembered_kind.cache_clear()
+        return parse_all([path])[path]
+
+    cold = {path: alone(path) for path in files}
+    warm = parse_all(files) | parse_all(list(reversed(files)))
+    assert warm == cold
+    assert all("x" * _normalise.MEMO_MAX_CHARS * 2 in text for text in cold.values())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from ray_doctor.model import Evidence, Failure, Frame
+from ray_doctor.scan._normalise import MEMO_MAX_CHARS
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>.+?)\s*$')
@@ -67,6 +69,23 @@ def is_exception_line(line: str) -> re.Match[str] | None:
     return None
 
 
+def _line_kind(line: str) -> tuple[str, int, str] | re.Match[str] | None:
+    """A frame line's (file, line, function), an exception line's match, or None."""
+    return _remembered_kind(line) if len(line) <= MEMO_MAX_CHARS else _classify(line)
+
+
+def _classify(line: str) -> tuple[str, int, str] | re.Match[str] | None:
+    frame = FRAME.match(line)
+    if frame:
+        return frame["file"], int(frame["line"]), frame["func"]
+    return is_exception_line(line)
+
+
+# A sweep's failures repeat one traceback, so most lines of the second and later blocks were
+# classified before (see the normaliser's memo).
+_remembered_kind = lru_cache(maxsize=16_384)(_classify)
+
+
 def _short_type(name: str | None) -> str | None:
     return name.rsplit(".", 1)[-1] if name else None
 
@@ -100,18 +119,18 @@ def parse_failure(
     frames: list[Frame] = []
     exceptions: list[tuple[int, re.Match[str]]] = []
     for pos, (_, line) in enumerate(lines):
-        frame = FRAME.match(line)
-        if frame:
+        kind = _line_kind(line)
+        if kind is None:
+            continue
+        if isinstance(kind, tuple):
             code = None
             if pos + 1 < len(lines):
                 nxt = lines[pos + 1][1]
-                if nxt.startswith("    ") and not FRAME.match(nxt):
+                if nxt.startswith("    ") and not isinstance(_line_kind(nxt), tuple):
                     code = nxt.strip()
-            frames.append(Frame(frame["file"], int(frame["line"]), frame["func"], code))
+            frames.append(Frame(*kind, code))
             continue
-        match = is_exception_line(line)
-        if match:
-            exceptions.append((pos, match))
+        exceptions.append((pos, kind))
 
     # Trim blank lines at both ends; cap each line so one huge line cannot bloat the model.
     while lines and not lines[0][1].strip():
