@@ -178,6 +178,18 @@ UNREACHABLE = signatures(
         "RuntimeError: This node has an IP address of 127.0.0.1, and Ray expects this IP "
         "address to be either the GCS address or one of the Raylet addresses.",
     ),
+    # A process joining the cluster (a driver's core worker, `ray start --address`) asks for
+    # the cluster's system config first and dies when no answer comes (RAY_LOG(FATAL)).
+    wording(
+        "system config not received",
+        r"Failed to get (?:the )?system config (?:from Raylet on time|within the timeout)",
+        "Ray core worker / node start-up asking for the cluster's config (src/ray/core_worker/"
+        "core_worker.cc in 1.x, from the raylet; src/ray/gcs/gcs_client/"
+        "global_state_accessor.cc from 2.x, from the GCS)",
+        "Ray 1.x-2.60",
+        "[2025-04-02 10:08:39,826 C 533 533] global_state_accessor.cc:296: Failed to get system "
+        "config within the timeout setting.",
+    ),
     wording(
         "Ray Client timeout",
         r"ray client connection timeout",
@@ -295,8 +307,9 @@ class ClusterUnreachable(SignatureRule):
         "ConnectionError: Could not find any running Ray instance", Ray 1.x's "Unable to
         connect to Redis at ...", "ray client connection timeout", "Can't find a
         `node_ip_address.json` file", or "This node has an IP address of ..., and Ray expects
-        this IP address to be either the GCS address or one of the Raylet addresses"; Ray
-        0.x's "Unable to connect to Redis. If the Redis instance is on a different machine …";
+        this IP address to be either the GCS address or one of the Raylet addresses"; a
+        joining process that never got the cluster's config ("Failed to get system config
+        within the timeout setting", 1.x: "... from Raylet on time"); Ray 0.x's "Unable to connect to Redis. If the Redis instance is on a different machine …";
         a head whose own GCS never came up ("Failed to start GCS. Last N lines of error
         files"). In `smoke`: nothing answers at `--address`, something that is not a Ray GCS
         does, or `ray.init` fails.

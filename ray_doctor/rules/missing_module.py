@@ -60,6 +60,15 @@ FROM_REMOTE_EXCEPTION = re.compile(
 TORCH_LOAD = re.compile(r"torch[/\\]serialization\.py\", line \d+, in _?load")
 
 
+def _names_a_submodule(found: re.Match[str]) -> bool:
+    """A dotted name whose first part was imported. Python 3 names the dotted import it was
+    at ("No module named 'a.b'": `a` was found); Python 2 (its import.c, `load_next`) names
+    the rest of the name from the first part it could not find, unquoted ("No module named
+    a.b": `a` is missing)."""
+    python2 = not found.group(0).rstrip().endswith("'")
+    return "." in found.group(1) and not python2
+
+
 class MissingModule(SignatureRule):
     """A module the training code imports is not installed where the worker runs.
 
@@ -75,8 +84,9 @@ class MissingModule(SignatureRule):
         worker logs. Not when Ray raised it unpickling a worker's exception on the driver
         ("Failed to unpickle serialized exception"): the worker had the module, and the
         exception it raised is the failure. A dotted name (`No module named 'a.b'`) is not
-        this rule's: Python names the first part it cannot find, so `a` is installed and lacks
-        `b` (a version mismatch, or a local `a.py` shadowing the package).
+        this rule's: Python 3 names the import it was at, so `a` is installed and lacks `b` (a
+        version mismatch, or a local `a.py` shadowing the package). Python 2's unquoted name
+        (`No module named a.b`) starts at the part it could not find: `a` is missing.
     Fix:
         Install it everywhere: add it to the cluster's image, or ship it with the job:
         `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
@@ -109,7 +119,7 @@ class MissingModule(SignatureRule):
             for sig in table:
                 found = sig.pattern.search(text)
                 if found:
-                    return "." in found.group(1) or "is not a package" in text
+                    return _names_a_submodule(found) or "is not a package" in text
         return False
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import re
 
 from ray_doctor.findings import Severity
-from ray_doctor.model import Experiment
+from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
-from ray_doctor.rules._signature import Hit, SignatureRule, first_group, signatures, wording
+from ray_doctor.rules._signature import (
+    Hit,
+    SignatureRule,
+    first_group,
+    mentions,
+    signatures,
+    wording,
+)
+from ray_doctor.rules.storage_unreachable import OUT_OF_FDS
 
 # Ray names no reason (gRPC logged it just before), but the port was fixed (a port of 0 means
 # any free one) and the message itself sends the user to look for its holder.
@@ -15,6 +23,7 @@ WSAEACCES_LABEL = "WSAEACCES (Windows)"
 GRPC_LABEL = "Ray gRPC server could not bind its port"
 ML_AGENTS_LABEL = "ML-Agents worker port in use"
 LIGHTGBM_LABEL = "LightGBM bind failed"
+WORKER_RANGE_LABEL = "Ray worker port range used up"
 IN_USE = signatures(
     wording(
         "EADDRINUSE",
@@ -117,6 +126,22 @@ IN_USE = signatures(
         "lsof -i :8076 to check if there are other processes listening to the port.",
     ),
 )
+# The raylet gives each worker a port of --min-worker-port..--max-worker-port that passes a
+# bind check (src/ray/raylet/worker_pool.cc, GetNextFreePort); none left fails the worker's
+# registration. Out of file descriptors, every bind check fails and the range only reads as
+# used up (see `excluded`).
+WORKER_RANGE = signatures(
+    wording(
+        WORKER_RANGE_LABEL,
+        r"No available ports\. Please specify a wider port range",
+        "the raylet's worker pool (src/ray/raylet/worker_pool.cc, GetNextFreePort), in the "
+        "worker's 'Failed to register worker ... to Raylet'",
+        "Ray 1.x-2.60",
+        "core_worker.cc:137: Failed to register worker a20a041a to Raylet. Invalid: Invalid: No "
+        "available ports. Please specify a wider port range using --min-worker-port and "
+        "--max-worker-port.",
+    ),
+)
 PORT = re.compile(r"port(?::? ?| is )(\d{2,5})\b|:(\d{4,5})\b")
 
 
@@ -151,7 +176,14 @@ class PortConflict(SignatureRule):
     severity = Severity.ERROR
     commands = ("inspect", "smoke")
     example = "fixtures/tune_port_conflict"
-    signatures = IN_USE
+    signatures = IN_USE + WORKER_RANGE
+
+    def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
+        # A raylet out of file descriptors cannot open the socket its port check binds: the
+        # worker range reads as used up while its ports are free (a bind error is still one).
+        return mentions(experiment, failure, OUT_OF_FDS) and not mentions(
+            experiment, failure, IN_USE
+        )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         port = first_group(hit, PORT)
@@ -172,6 +204,17 @@ class PortConflict(SignatureRule):
             f"{'port ' + port if port else 'its port'}: {why} ({hit.evidence.excerpt})."
         )
         where = f":{port}" if port else ":PORT"
+        if hit.signature.label == WORKER_RANGE_LABEL:
+            message = (
+                f"{subject_name(experiment, hit.trial)} could not start a worker: the raylet has "
+                "no free port left in its worker port range (its workers, or other processes, "
+                f"hold them all) ({hit.evidence.excerpt})."
+            )
+            return message, (
+                "Widen the range, or leave it unset (`ray start --min-worker-port 10002 "
+                "--max-worker-port 19999` is the default: one port per worker process), or run "
+                "fewer workers per node; `ss -ltnp` shows what holds ports in it."
+            )
         if hit.signature.label == ML_AGENTS_LABEL:
             return message, (
                 "Each environment listens on `base_port + worker_id`: give every copy its own "

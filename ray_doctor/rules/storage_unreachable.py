@@ -143,13 +143,15 @@ STORAGE_FRAMES = Signature(
 # Bugs of the libraries between the run and its storage, not an unreachable storage: pyarrow's
 # fsspec bridge rejecting what a filesystem library returned (pyarrow/fs.py), and Ray 1.x
 # Tune's sync client used after it was closed (tune/sync_client.py, ray #13256, #17506).
-FS_LIBRARY_BUG = signatures(
-    ("fsspec path outside base dir", r"which is outside base dir"),
-    ("Tune sync client closed", r"\[internalerror\] The client has been closed"),
-    # The process ran out of file descriptors (EMFILE): the sync could not even start its
-    # command (ray #12227); the storage was never asked.
-    ("out of file descriptors", r"Too many open files|\[Errno 24\]"),
-)
+# A process out of file descriptors (EMFILE) fails whatever opens a file or a socket next.
+OUT_OF_FDS = signatures(("out of file descriptors", r"Too many open files|\[Errno 24\]"))
+FS_LIBRARY_BUG = (
+    signatures(
+        ("fsspec path outside base dir", r"which is outside base dir"),
+        ("Tune sync client closed", r"\[internalerror\] The client has been closed"),
+    )
+    + OUT_OF_FDS
+)  # the sync could not even start its command (ray #12227): storage never asked
 
 
 class StorageUnreachable(SignatureRule):

@@ -172,6 +172,8 @@ CAUSE_ANCHORS = (
     "failed to bind",
     "socket communication",  # ML-Agents' worker port still in use
     "binding port",  # LightGBM's "Binding port 12402 failed"
+    "no available ports",  # the raylet's worker port range used up
+    "too many open files",  # EMFILE: what fails next (a port check, a sync) is not the cause
     # disks
     "no space left",
     "enospc",
@@ -238,6 +240,7 @@ CAUSE_ANCHORS = (
     "raylet addresses",
     "node_ip_address.json",
     "connected to ray cluster",
+    "system config",  # a joining process that never got the cluster's config
     "started a local ray instance",
     "ray runtime started",
     # modules

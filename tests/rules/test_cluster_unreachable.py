@@ -154,8 +154,25 @@ def test_near_miss_gcs_killed_mid_run():
             "RuntimeError: Failed to connect to GCS.\n",
             "GCS connect failed",
         ),
+        (  # a worker node's `ray start --address` (ray #51917)
+            "[2025-04-02 10:08:39,826 C 533 533] global_state_accessor.cc:296: Failed to get "
+            "system config within the timeout setting.\n",
+            "system config not received",
+        ),
+        (  # Ray 1.x's driver on a machine that had not joined the cluster (ray #21591)
+            "[2022-02-02 22:24:43,102 C 32987 33002] core_worker.cc:251: Failed to get the "
+            "system config from Raylet on time unexpectedly.IOError: \n",
+            "system config not received",
+        ),
     ],
-    ids=["gcs-reconnect-1x", "redis-context", "gcs-request-1.9", "node-py-bare"],
+    ids=[
+        "gcs-reconnect-1x",
+        "redis-context",
+        "gcs-request-1.9",
+        "node-py-bare",
+        "system-config-2x",
+        "system-config-1x",
+    ],
 )
 def test_ray_1x_and_2x_wordings(text, said):
     code, report = inspect_json("-", stdin=text)

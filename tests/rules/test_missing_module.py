@@ -76,3 +76,36 @@ def test_near_miss_a_worker_exception_the_driver_cannot_unpickle():
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "missing-module")
     assert report["findings"][0]["rule"] == "trial-error"
+
+
+def test_python3_dotted_name_is_a_submodule_the_package_lacks():
+    """Python 3 names the dotted import it was at: `json` was found and has no `nope`, which
+    installing `json` does not fix (real CPython text)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", "import json.nope"], capture_output=True, text=True, check=False
+    )
+    assert "No module named 'json.nope'" in run.stderr
+    _, report = inspect_json("-", stdin=run.stderr)
+    assert not findings_of(report, "missing-module")
+
+
+def test_python2_dotted_name_starts_at_the_missing_part():
+    """Python 2 (import.c, load_next) names the rest of the name from the first part it could
+    not find, unquoted: here `sos` is missing on the worker (ray #2515, as posted)."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/icg27/code/ray/python/ray/import_thread.py", line 173, in '
+        "fetch_and_execute_function_to_run\n"
+        "    function = pickle.loads(serialized_function)\n"
+        '  File "/usr/lib/python2.7/pickle.py", line 1130, in find_class\n'
+        "    __import__(module)\n"
+        "ImportError: No module named sos.ros.ros_publisher_op\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "missing-module")
+    assert "`sos.ros.ros_publisher_op`" in finding["message"]
+    assert '"pip": ["sos"]' in finding["fix"]

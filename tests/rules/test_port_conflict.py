@@ -122,3 +122,32 @@ def test_windows_refusing_a_port_it_reserved_or_another_holds(line):
     _, report = inspect_json("-", stdin=line + "\n")
     (finding,) = findings_of(report, "port-conflict")
     assert "excludedportrange" in finding["fix"]
+
+
+# The raylet's worker pool hands each worker a port of its range that passes a bind check
+# (worker_pool.cc, GetNextFreePort); none left, the worker cannot register (ray #28071).
+NO_WORKER_PORT = (
+    "(raylet) [2022-08-23 15:13:15,557 E 223585 223585] core_worker.cc:137: Failed to register "
+    "worker a20a041a81c6dc5a5709d7e342bd95bec33fd5b2b181fcce5a4d9221 to Raylet. Invalid: "
+    "Invalid: No available ports. Please specify a wider port range using --min-worker-port "
+    "and --max-worker-port.\n"
+)
+
+
+def test_worker_port_range_used_up():
+    code, report = inspect_json("-", stdin=NO_WORKER_PORT)
+    assert code == 1
+    (finding,) = findings_of(report, "port-conflict")
+    assert "worker port range" in finding["message"]
+    assert "--max-worker-port" in finding["fix"]
+
+
+def test_near_miss_worker_ports_checked_without_file_descriptors():
+    """Out of file descriptors the raylet cannot open the socket its port check binds, so
+    every port reads as taken: the range is not what ran out."""
+    text = (
+        "(raylet) [2022-08-23 15:13:15,401 E 223500 223500] Failed to open socket: "
+        "Too many open files\n" + NO_WORKER_PORT
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "port-conflict")
