@@ -481,6 +481,27 @@ def _classify(
     return None
 
 
+@dataclass
+class _Block:
+    """A traceback being read: its lines and what decides where it ends."""
+
+    lines: list[tuple[int, str]]
+    header: bool  # it starts with "Traceback (most recent call last)"
+    context: list[str]  # the non-empty lines before it
+    pid: str | None  # the worker whose prefix its lines carry (None: unprefixed)
+    after_exception: int = 0  # message lines allowed after an exception line
+    pending_blank: tuple[int, str] | None = None
+    ranks: set[int] = field(default_factory=set)  # `[rankN]:` prefixes of its lines
+    raised: bool = False  # its exception line was read: what follows is only its message
+    waiting_since: int = 0  # the line another process's output set it aside at
+
+
+# Worker tracebacks set aside while other processes print: how many at once, and for how many
+# lines one waits for its worker's next line (the driver prints a worker's lines in batches).
+MAX_WAITING_BLOCKS = 16
+MAX_WAIT_LINES = 200
+
+
 class _TextLogParser:
     """Stream a text log; collect tracebacks and notable lines."""
 
@@ -492,14 +513,10 @@ class _TextLogParser:
         self.file_pid = pid  # the process a per-worker log file belongs to
         self.result = LogResult(files=[path])
         self.context: deque[str] = deque(maxlen=4)
-        self.block: list[tuple[int, str]] | None = None
-        self.block_header = True  # the block starts with "Traceback (most recent call last)"
-        self.block_context: list[str] = []
-        self.block_pid: str | None = None
-        self.after_exception = 0  # message lines allowed after an exception line
-        self.pending_blank: tuple[int, str] | None = None
+        self.block: _Block | None = None
+        # Workers' tracebacks set aside at another process's line, by pid (oldest first).
+        self.waiting: dict[str, _Block] = {}
         self.record_start = False  # a collector's prefix stood before the current line
-        self.ranks_seen: set[int] = set()  # `[rankN]:` prefixes of the current block
         self.error_lines = 0
         self.hot: bool | None = None  # the current line holds a cause word (batch-computed)
         self.patterns = EVENT_PATTERNS  # those that may match in the current batch
@@ -524,7 +541,11 @@ class _TextLogParser:
     def idle(self) -> bool:
         """No traceback open and no room for events: only a line that opens a traceback can
         change anything (the context kept for it aside)."""
-        return self.block is None and self.capped()
+        return self.block is None and not self.waiting and self.capped()
+
+    def reading_a_traceback(self) -> bool:
+        """A traceback is open, or set aside until its worker prints again: every line counts."""
+        return self.block is not None or bool(self.waiting)
 
     def skip(self, lines: list[TextLine]) -> None:
         """What feeding `lines` does while `idle()` when none of them can open a traceback
@@ -546,14 +567,11 @@ class _TextLogParser:
         if prepared is None:
             return
         line, pid = prepared
-        # The driver prefixes every line a worker printed: a line without that worker's prefix
-        # is another process's output (the driver's, an IDE's), not its traceback.
-        foreign = self.block_pid is not None and pid != self.block_pid and line.strip()
-        if self.block is not None and foreign:
-            self._close()
+        if self.waiting or (self.block is not None and self.block.pid is not None):
+            self._take_back(lineno, pid, bool(line.strip()))
         if self.block is not None and self._continues(lineno, line):
             if text_line.rank is not None:
-                self.ranks_seen.add(text_line.rank)
+                self.block.ranks.add(text_line.rank)
             return
         if self.block is not None:
             self._close()
@@ -571,7 +589,8 @@ class _TextLogParser:
             # An exception line with no traceback (a pasted error, a logged `repr`): a failure
             # of its own, with its message lines.
             self._open(lineno, line, pid, header=False)
-            self.after_exception = MAX_MESSAGE_CONTINUATION
+            self.block.after_exception = MAX_MESSAGE_CONTINUATION  # type: ignore[union-attr]
+            self.block.raised = True  # type: ignore[union-attr]
             self._event(lineno, line, pid)
         else:
             # Past the event cap the status lines seen would depend on how far the reader
@@ -583,68 +602,95 @@ class _TextLogParser:
         if line.strip():
             self.context.append(line)
         if self.block is not None and text_line.rank is not None:
-            self.ranks_seen.add(text_line.rank)
+            self.block.ranks.add(text_line.rank)
+
+    def _take_back(self, lineno: int, pid: str | None, printed: bool) -> None:
+        """Before a line: set the open traceback aside if another process printed the line
+        (the driver prefixes every line a worker prints, so one without that worker's prefix
+        is someone else's: the driver's, another worker's, an IDE's); take a set-aside one
+        back when its worker prints again; close those that waited too long."""
+        block = self.block
+        if block is not None and block.pid is not None and pid != block.pid and printed:
+            self.block = None
+            # Only a traceback still short of its exception line waits: past it, what the
+            # worker prints next is new output (and a blank line of its own ended it).
+            if not block.raised and block.pending_blank is None:
+                block.waiting_since = lineno
+                self.waiting[block.pid] = block
+                if len(self.waiting) > MAX_WAITING_BLOCKS:
+                    self._finish(self.waiting.pop(next(iter(self.waiting))))
+            else:
+                self._finish(block)
+        if self.block is None and pid is not None and pid in self.waiting:
+            self.block = self.waiting.pop(pid)
+        for waiting_pid in [
+            p for p, b in self.waiting.items() if lineno - b.waiting_since > MAX_WAIT_LINES
+        ]:
+            self._finish(self.waiting.pop(waiting_pid))
 
     def _open(self, lineno: int, line: str, pid: str | None, header: bool) -> None:
-        self.block = [(lineno, line)]
-        self.ranks_seen = set()
-        self.block_header = header
-        self.block_context = list(self.context)
-        self.block_pid = pid
-        self.after_exception = 0
+        self.block = _Block([(lineno, line)], header, list(self.context), pid)
 
     def _continues(self, lineno: int, line: str) -> bool:
-        assert self.block is not None
-        if len(self.block) >= MAX_TRACEBACK_LINES:
+        block = self.block
+        assert block is not None
+        if len(block.lines) >= MAX_TRACEBACK_LINES:
             return False
         if not line.strip():
             # A blank line ends a traceback unless a chained one follows; decide on the next.
-            if self.pending_blank is not None:
+            if block.pending_blank is not None:
                 return False
-            self.pending_blank = (lineno, line)
+            block.pending_blank = (lineno, line)
             return True
-        blank, self.pending_blank = self.pending_blank, None
+        blank, block.pending_blank = block.pending_blank, None
         chained = line.startswith(("Traceback (", "[Rank ")) or line.startswith(CHAIN_MARKERS)
         # A single blank line ends a traceback, unless a chained one follows or it sits inside
         # a long exception message (Ray's OOM text has blank lines in it).
-        if blank is not None and not chained and self.after_exception <= 0:
+        if blank is not None and not chained and block.after_exception <= 0:
             return False
         if blank is not None:
-            self.block.append(blank)
+            block.lines.append(blank)
         if chained or line[0].isspace():
-            self.block.append((lineno, line))
+            block.lines.append((lineno, line))
             return True
         if is_exception_line(line):
-            self.block.append((lineno, line))
-            self.after_exception = MAX_MESSAGE_CONTINUATION
+            block.lines.append((lineno, line))
+            block.after_exception = MAX_MESSAGE_CONTINUATION
+            block.raised = True
             return True
         if BARE_FRAME.match(line):
             # A frame whose indentation was lost (copied from a rendered page): it and its
             # code line, unindented too, are still the traceback's.
-            self.block.append((lineno, line))
-            self.after_exception = max(self.after_exception, 1)
+            block.lines.append((lineno, line))
+            block.after_exception = max(block.after_exception, 1)
             return True
-        if self.after_exception > 0 and not self.record_start and not RECORD_START.match(line):
-            self.after_exception -= 1
-            self.block.append((lineno, line))
+        if block.after_exception > 0 and not self.record_start and not RECORD_START.match(line):
+            block.after_exception -= 1
+            block.lines.append((lineno, line))
             return True
         return False
 
     def _close(self) -> None:
-        block, self.block, self.pending_blank = self.block, None, None
+        block, self.block = self.block, None
+        if block is not None:
+            self._finish(block)
+
+    def _finish(self, open_block: _Block) -> None:
+        """Turn a traceback read to its end into a failure, or an event when it is not one."""
+        block = open_block.lines
         if not block or len(self.result.failures) >= MAX_FAILURES_PER_FILE:
             return
-        failure = parse_failure(block[1:] if self.block_header else block, self.path)
+        failure = parse_failure(block[1:] if open_block.header else block, self.path)
         failure.source = Evidence(self.path, block[0][0], block[0][1].strip())
-        failure.ranks += sorted(self.ranks_seen - set(failure.ranks))
-        recent = self.block_context[-2:]
+        failure.ranks += sorted(open_block.ranks - set(failure.ranks))
+        recent = open_block.context[-2:]
         if any(HANDLED_BY_RAY.search(text) for text in recent[-1:]):
             return
         if failure.exc_type == "FileNotFoundError" and RAY_TEMP_FILE.search(failure.message):
             return  # Ray's own temp file, renamed away while a sync copied the dir: a race
         background = any(BACKGROUND_CONTEXT.search(text) for text in recent[-1:])
         claimed = any(marker in text for text in recent for marker in FAILURE_CONTEXT)
-        if background or (self.block_pid is not None and not claimed):
+        if background or (open_block.pid is not None and not claimed):
             if not self.capped():
                 where = failure.exc_line or failure.source
                 excerpt = f"{failure.summary}"[:MAX_EXCERPT]
@@ -653,7 +699,7 @@ class _TextLogParser:
                 )
             return
         trial = None
-        for text in reversed(self.block_context):
+        for text in reversed(open_block.context):
             match = TRIAL_IN_CONTEXT.search(text)
             if match:
                 trial = match["trial"].rstrip(".:,")
@@ -712,8 +758,11 @@ class _TextLogParser:
 
     def finish(self) -> LogResult:
         """What the log yielded; its last Tune status block comes last among the events."""
-        if self.block is not None:
-            self._close()
+        self._close()
+        while self.waiting:
+            self._finish(self.waiting.pop(next(iter(self.waiting))))
+        # Tracebacks set aside end after those read straight through: keep the text's order.
+        self.result.failures.sort(key=lambda found: found[0].source.line or 0)
         self.result.events += self.status_events()
         return self.result
 
@@ -816,7 +865,7 @@ def _feed_batch(parser: _TextLogParser, batch: list[TextLine]) -> None:
         wanted = range(len(batch))
     index = 0
     for target in (*wanted, len(batch)):
-        while index < target and parser.block is not None:
+        while index < target and parser.reading_a_traceback():
             parser.feed(batch[index], hot[index])  # inside a traceback every line counts
             index += 1
         if index < target:

@@ -268,3 +268,20 @@ def test_a_traceback_that_lost_its_indentation_is_still_one_failure():
     (finding,) = findings_of(report, "trial-error")
     assert finding["message"].startswith("The run failed with RuntimeError: Wait timeout")
     assert [e["line"] for e in finding["evidence"]] == [1, 6]
+
+
+def test_a_worker_traceback_another_process_printed_into_is_still_one_failure(fixtures):
+    """The driver prints each process's lines in batches, so another worker's line can land
+    inside a worker's traceback (a hand-edited copy of a real Train V2 driver log: the
+    PlacementGroupCleaner's line moved up into rank 1's traceback). The traceback is read to
+    its exception all the same, not cut into a frame with no error and a stray remainder."""
+    lines = (fixtures / "train_v2_rank_failure" / "driver.log").read_text().splitlines(True)
+    start = next(i for i, line in enumerate(lines) if "Error in training function" in line)
+    worker = lines[start : start + 8]  # the message, the traceback, its blank line
+    cleaner = next(line for line in lines if "PlacementGroupCleaner pid=" in line)
+    text = "".join([*worker[:3], cleaner, *worker[3:]])
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "trial-error")
+    assert "ValueError: Found NaN in input batch on rank 1" in finding["message"]
+    assert "before_epoch" in finding["message"], "names the user frame"
