@@ -168,14 +168,6 @@ WAITING = signatures(
         "`train.load_shard`. To resolve this, specify the Tune option:",
     ),
     wording(
-        "Tune 0.x: paused trials cannot resume",
-        r"There are paused trials, but no more pending trials with sufficient resources",
-        "Tune's trial executor (ray/tune/trial_executor.py, trial_runner.py)",
-        "Ray 0.6-1.0",
-        "ray.tune.error.TuneError: There are paused trials, but no more pending trials with "
-        "sufficient resources.",
-    ),
-    wording(
         CLOUD_CAPACITY,
         r"\bInsufficientInstanceCapacity\b|\bZONE_RESOURCE_POOL_EXHAUSTED\b",
         "Ray autoscaler launching nodes (python/ray/autoscaler: the AWS and GCP node "

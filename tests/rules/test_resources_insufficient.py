@@ -259,3 +259,17 @@ def test_a_task_a_trial_starts_outside_its_placement_group():
     (finding,) = findings_of(report, "resources-insufficient")
     assert "started a task (`drv5.load_shard`)" in finding["message"]
     assert "PlacementGroupFactory" in finding["fix"]
+
+
+def test_near_miss_paused_trials_the_scheduler_never_resumed():
+    """Tune 0.x raised this when no trial ran and its scheduler chose none to run while one
+    was PAUSED (trial_executor.on_no_available_trials): a paused trial holds no resources, so
+    the scheduler (HyperBand's brackets, ray #6780) kept it waiting, whatever the words say."""
+    text = (
+        "ray.tune.error.TuneError: There are paused trials, but no more pending trials with "
+        "sufficient resources.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "resources-insufficient")
+    assert "There are paused trials" in findings_of(report, "trial-error")[0]["message"]
+    assert code == 1
