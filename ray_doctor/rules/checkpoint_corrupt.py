@@ -79,10 +79,11 @@ CORRUPT = signatures(
     ),
     wording(
         "legacy torch file damaged",
-        r"Invalid magic number; corrupt file\?|storage has wrong byte size: expected \d+ got \d+",
+        r"Invalid magic number; corrupt file\?|"
+        r"storage has wrong (?:byte )?size: expected \d+ got \d+",
         "torch.load of a pre-1.6 (non-zip) file (torch/serialization.py _legacy_load; "
         "torch/csrc serialization)",
-        "torch 1.0-2.13",
+        "torch 0.4-2.13 (its older wording: 'storage has wrong size')",
         "RuntimeError: Invalid magic number; corrupt file?",
     ),
     wording(

@@ -63,6 +63,12 @@ GONE = signatures(
         r"The provided filename \S+ does not exist|"
         r"open file failed because of errno 2 on fopen",
     ),
+    # super-gradients' checkpoint loader (training/utils/checkpoint_utils.py, 3.x:
+    # `read_ckpt_state_dict` when `os.path.exists` says no).
+    (
+        "checkpoint loader: path missing",
+        r"FileNotFoundError: Incorrect Checkpoint path:\s+\S",
+    ),
     # darts' TorchForecastingModel.load_from_checkpoint (darts/models/forecasting/
     # torch_forecasting_model.py): no checkpoint file by that prefix in the model's dir.
     ("checkpoint by prefix missing", r"There is no file matching prefix \S+ in \S"),

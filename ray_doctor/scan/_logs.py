@@ -282,6 +282,7 @@ CAUSE_ANCHORS = (
     "barrier timed out",
     "job supervisor actor failed",
     "wrong byte size",
+    "has wrong size",  # torch < 2's legacy loader: "storage has wrong size: expected 0 got ..."
     "pickler archive",
     "proto opcode",
     "not in a subdirectory",

@@ -44,3 +44,15 @@ def test_first_bytes_of_another_format_say_it_may_be_no_checkpoint_at_all(line):
     (finding,) = findings_of(report, "checkpoint-corrupt")
     assert "git-lfs pointer" in finding["message"]
     assert "head -c" in finding["fix"]
+
+
+def test_an_old_torch_reading_a_damaged_legacy_file():
+    """torch before the zip format read each storage's size from the file and checked it
+    (csrc serialization, readFileRaw): a bad download reads as a size of 0 (bts #76, as
+    posted, with the space before the colon the paste has)."""
+    code, report = inspect_json(
+        "-", stdin="RuntimeError : storage has wrong size: expected 0 got 82944\n"
+    )
+    assert code == 1
+    (finding,) = findings_of(report, "checkpoint-corrupt")
+    assert "storage has wrong size" in finding["message"]

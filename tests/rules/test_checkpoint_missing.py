@@ -203,3 +203,17 @@ def test_near_miss_a_snapshot_of_another_ray_version():
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "checkpoint-missing")
     assert findings_of(report, "trial-error"), "reported as it stands, with its text"
+
+
+def test_a_loader_that_says_the_path_does_not_exist():
+    """super-gradients' checkpoint loader raises this when `os.path.exists` says no
+    (super-gradients #1604, as posted: the trainer had written into a timestamped sub-dir)."""
+    text = (
+        "FileNotFoundError: Incorrect Checkpoint path:  "
+        "/kaggle/working/checkpoints/xxxxx/average_model.pth\n"
+        "(This should be an absolute path)\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "checkpoint-missing")
+    assert "average_model.pth" in finding["message"]

@@ -63,3 +63,26 @@ def test_logged_and_raised_wordings(text):
 def test_near_miss_a_best_so_far_value_that_starts_at_inf(text):
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "metric-nonfinite")
+
+
+def test_a_key_value_table_logging_a_nan_loss():
+    """OpenAI's logger.py prints `| key | value |` tables (baselines to guided-diffusion #50,
+    as posted: every loss term nan while the fp16 loss scale keeps falling)."""
+    text = (
+        "-----------------------------\n"
+        "| lg_loss_scale | -1.62e+04 |\n"
+        "| loss          | nan       |\n"
+        "| mse           | nan       |\n"
+        "| step          | 1.53e+05  |\n"
+        "-----------------------------\n"
+        "Found NaN, decreased lg_loss_scale to -16199.354\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "metric-nonfinite")
+    assert "| loss          | nan" in finding["message"]
+
+
+def test_near_miss_a_table_whose_loss_is_finite():
+    text = "| loss          | 0.0123    |\n| nan_count     | 0         |\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "metric-nonfinite")
