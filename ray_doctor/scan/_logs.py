@@ -282,7 +282,7 @@ CAUSE_ANCHORS = (
     "barrier timed out",
     "job supervisor actor failed",
     "wrong byte size",
-    "has wrong size",  # torch < 2's legacy loader: "storage has wrong size: expected 0 got ..."
+    "has wrong size",  # torch's legacy loader, older wording: "storage has wrong size: ..."
     "pickler archive",
     "proto opcode",
     "not in a subdirectory",
@@ -589,9 +589,7 @@ class _TextLogParser:
         ):
             # An exception line with no traceback (a pasted error, a logged `repr`): a failure
             # of its own, with its message lines.
-            self._open(lineno, line, pid, header=False)
-            self.block.after_exception = MAX_MESSAGE_CONTINUATION  # type: ignore[union-attr]
-            self.block.raised = True  # type: ignore[union-attr]
+            self._open(lineno, line, pid, header=False, raised=True)
             self._event(lineno, line, pid)
         else:
             # Past the event cap the status lines seen would depend on how far the reader
@@ -629,8 +627,13 @@ class _TextLogParser:
         ]:
             self._finish(self.waiting.pop(waiting_pid))
 
-    def _open(self, lineno: int, line: str, pid: str | None, header: bool) -> None:
-        self.block = _Block([(lineno, line)], header, list(self.context), pid)
+    def _open(
+        self, lineno: int, line: str, pid: str | None, header: bool, raised: bool = False
+    ) -> None:
+        """Open a traceback at `line`; `raised`: the line is its exception, message to follow."""
+        allowed = MAX_MESSAGE_CONTINUATION if raised else 0
+        self.block = _Block([(lineno, line)], header, list(self.context), pid, allowed)
+        self.block.raised = raised
 
     def _continues(self, lineno: int, line: str) -> bool:
         block = self.block

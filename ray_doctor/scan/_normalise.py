@@ -239,7 +239,7 @@ def logical_text(raw: str, pasted: bool) -> str | None:
 
 # What a physical line became, by its text: the error files of a sweep repeat one traceback
 # with a few lines changed (a pid, a time), so most lines of the second and later files were
-# seen before (5,000 error files: 175 -> 80 us each). Long lines are not kept: they are rare
+# seen before (5,000 error files: 175 -> 85 us each). Long lines are not kept: they are rare
 # in tracebacks and would make the cache's memory unbounded.
 MEMO_MAX_CHARS = 400
 

@@ -71,10 +71,10 @@ def is_exception_line(line: str) -> re.Match[str] | None:
 
 def _line_kind(line: str) -> tuple[str, int, str] | re.Match[str] | None:
     """A frame line's (file, line, function), an exception line's match, or None."""
-    return _remembered_kind(line) if len(line) <= MEMO_MAX_CHARS else _classify(line)
+    return _remembered_kind(line) if len(line) <= MEMO_MAX_CHARS else _kind_of(line)
 
 
-def _classify(line: str) -> tuple[str, int, str] | re.Match[str] | None:
+def _kind_of(line: str) -> tuple[str, int, str] | re.Match[str] | None:
     frame = FRAME.match(line)
     if frame:
         return frame["file"], int(frame["line"]), frame["func"]
@@ -83,7 +83,7 @@ def _classify(line: str) -> tuple[str, int, str] | re.Match[str] | None:
 
 # A sweep's failures repeat one traceback, so most lines of the second and later blocks were
 # classified before (see the normaliser's memo).
-_remembered_kind = lru_cache(maxsize=16_384)(_classify)
+_remembered_kind = lru_cache(maxsize=16_384)(_kind_of)
 
 
 def _short_type(name: str | None) -> str | None:
