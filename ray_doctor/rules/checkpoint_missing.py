@@ -69,6 +69,15 @@ GONE = signatures(
         "checkpoint loader: path missing",
         r"FileNotFoundError: Incorrect Checkpoint path:\s+\S",
     ),
+    # Loaders that name the dir they were given: accelerate's `Accelerator.load_state`
+    # (accelerate/accelerator.py) and LLaMA-Efficient-Tuning / ChatGLM-Efficient-Tuning's LoRA
+    # loader. Not DeepSpeed's "Unable to find latest file at": a warning many scripts meet on
+    # every first run, as they try to load before they know there is anything to load.
+    (
+        "checkpoint dir missing",
+        r"Tried to find \S.* but folder does not exist|"
+        r"Provided path \(\S*\) does not contain a LoRA weight",
+    ),
     # darts' TorchForecastingModel.load_from_checkpoint (darts/models/forecasting/
     # torch_forecasting_model.py): no checkpoint file by that prefix in the model's dir.
     ("checkpoint by prefix missing", r"There is no file matching prefix \S+ in \S"),

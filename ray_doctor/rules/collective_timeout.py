@@ -32,6 +32,17 @@ HANG = signatures(
         "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800049 "
         "milliseconds before timing out.",
     ),
+    # The C++ backtrace torch prints with the watchdog's error (c10::Error keeps the stack it
+    # was thrown on): WorkNCCL::checkTimeout throws only the timeout, so its frame stands for
+    # the message when a paste kept the frames and lost that line.
+    wording(
+        "NCCL watchdog timeout (backtrace)",
+        r"c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout\(",
+        NCCL_WATCHDOG + " (the c10 backtrace of its error)",
+        "torch 2.x",
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+        "duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in libtorch_cuda.so)",
+    ),
     wording(
         "NCCL work timed out",
         r"WorkNCCL\(.*?\) timed out in (?:call to wait|blocking wait)|Timeout at NCCL work: \d+",

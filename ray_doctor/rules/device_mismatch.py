@@ -101,6 +101,20 @@ MISMATCH = signatures(
     ),
 )
 DEVICES = re.compile(r"found at least two devices, ([\w:]+) and ([\w:]+)")
+FSDP_LABEL = "FSDP compute device"
+# FSDP checks each flat parameter against the device it computes on (torch/distributed/fsdp/
+# _flat_param.py, `_check_on_compute_device`; later versions add ", was on ..."). The compute
+# device is the current CUDA device when FSDP wrapped the model unless `device_id` says.
+FSDP_DEVICE = signatures(
+    wording(
+        FSDP_LABEL,
+        r"Expects tensor to be on the compute device (cuda:\d+|\w+)(?:, was on (\w+(?::\d+)?))?",
+        "torch FSDP (torch/distributed/fsdp/flat_param.py, _flat_param.py: "
+        "_check_on_compute_device)",
+        "torch 1.12-2.13",
+        "AssertionError: Expects tensor to be on the compute device cuda:0, was on cpu",
+    ),
+)
 
 
 class DeviceMismatch(SignatureRule):
@@ -132,9 +146,11 @@ class DeviceMismatch(SignatureRule):
     title = "Tensors on different devices"
     severity = Severity.ERROR
     example = "fixtures/tune_device_mismatch"
-    signatures = MISMATCH
+    signatures = MISMATCH + FSDP_DEVICE
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        if hit.signature.label == FSDP_LABEL:
+            return self._fsdp(experiment, hit)
         devices = first_match(hit, DEVICES)
         if devices:
             pair = f"{devices.group(1)} and {devices.group(2)}"
@@ -154,5 +170,21 @@ class DeviceMismatch(SignatureRule):
             "`prepare_data_loader`) or move every batch with "
             "`.to(ray.train.torch.get_device())`; create new tensors with `device=x.device` and "
             "load checkpoints with `map_location=`."
+        )
+        return message, fix
+
+    @staticmethod
+    def _fsdp(experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        compute, actual = hit.match.group(1), hit.match.group(2)
+        where = f", but one was on {actual}" if actual else ""
+        message = (
+            f"{subject_name(experiment, hit.trial)} had FSDP expect its parameters on its "
+            f"compute device {compute}{where} ({hit.evidence.excerpt})."
+        )
+        fix = (
+            "Set each process's GPU before wrapping the model: "
+            "`torch.cuda.set_device(local_rank)` (Ray Train's `prepare_model` does), or pass "
+            "`device_id=` to FSDP; move parameters back to the GPU after offloading them to "
+            "the CPU yourself."
         )
         return message, fix

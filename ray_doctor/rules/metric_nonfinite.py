@@ -94,8 +94,9 @@ ANOMALY = signatures(
     ),
     wording(
         "loss logged as NaN",
-        r"(?i)['\"]?\b(?:loss|cost)\b['\"]?\s*[=:|]?\s*nan\b",
-        "training loggers (Marian, fairseq, Hugging Face Trainer; the key-value table of "
+        r"(?i)['\"]?\b(?:[a-z]+_)?(?:loss|cost)\b['\"]?\s*[=:|]?\s*nan\b",
+        "training loggers (Marian, fairseq, Hugging Face Trainer's 'loss' / 'eval_loss'; the "
+        "key-value table of "
         "OpenAI's logger.py, baselines to guided-diffusion: '| loss | nan |')",
         "any",
         "Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s",

@@ -167,6 +167,16 @@ WAITING = signatures(
         "RuntimeError: No trial resources are available for launching the task "
         "`train.load_shard`. To resolve this, specify the Tune option:",
     ),
+    # NeMo RL's RayVirtualCluster checks the cluster's GPUs before it places its groups
+    # (nemo_rl/distributed/virtual_cluster.py): what it asked and what Ray has.
+    wording(
+        "NeMo RL: fewer GPUs than asked",
+        r"Not enough GPUs available\. Requested (\d+) GPUs, but only (\d+) are available",
+        "NeMo RL's virtual cluster (nemo_rl/distributed/virtual_cluster.py)",
+        "NeMo RL 0.x",
+        "ValueError: Not enough GPUs available. Requested 16 GPUs, but only 8 are available in "
+        "the cluster.",
+    ),
     wording(
         CLOUD_CAPACITY,
         r"\bInsufficientInstanceCapacity\b|\bZONE_RESOURCE_POOL_EXHAUSTED\b",

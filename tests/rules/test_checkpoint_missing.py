@@ -217,3 +217,20 @@ def test_a_loader_that_says_the_path_does_not_exist():
     assert code == 1
     (finding,) = findings_of(report, "checkpoint-missing")
     assert "average_model.pth" in finding["message"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # accelerate's load_state given a LoRA file, not a saved-state dir (lora-scripts #389)
+        "ValueError: Tried to find G:/Soft/lora-scripts/output/ag-000001.safetensors but folder "
+        "does not exist\n",
+        # ChatGLM-Efficient-Tuning's LoRA loader on a wrong --checkpoint_dir (its #264)
+        "AssertionError: Provided path (docsetp) does not contain a LoRA weight.\n",
+    ],
+    ids=["accelerate-load-state", "lora-loader"],
+)
+def test_loaders_that_name_the_dir_they_were_given(text):
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "checkpoint-missing")

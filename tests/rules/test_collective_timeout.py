@@ -117,3 +117,31 @@ def test_the_master_unreachable_is_a_setup_timeout():
     _, report = inspect_json("-", stdin=text)
     (finding,) = findings_of(report, "collective-timeout")
     assert "never finished setting up" in finding["message"]
+
+
+def test_the_watchdogs_backtrace_without_its_message():
+    """A paste that kept the C++ frames of the watchdog's error and lost its first line
+    (particleflow #390): WorkNCCL::checkTimeout throws only the timeout."""
+    text = (
+        "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::"
+        "duration<long, std::ratio<1l, 1000l> > >) + 0x1d2 (0x1554e9e0f8f2 in /site-packages/"
+        "torch/lib/libtorch_cuda.so)\n"
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in "
+        "/site-packages/torch/lib/libtorch_cuda.so)\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "collective-timeout")
+
+
+def test_near_miss_the_watchdog_handler_alone():
+    """The watchdog's other frames are on the stack of any error it reports (an NCCL error
+    too): only checkTimeout says it was the timeout."""
+    text = (
+        "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in "
+        "/site-packages/torch/lib/libtorch_cuda.so)\n"
+        "frame #3: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x1554e9e1871c in "
+        "/site-packages/torch/lib/libtorch_cuda.so)\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "collective-timeout")

@@ -1,5 +1,6 @@
 """device-mismatch: tensors on two devices in one operation."""
 
+import pytest
 from conftest import findings_of, inspect_json
 
 
@@ -48,3 +49,19 @@ def test_near_miss_conv_input_and_weight_of_two_dtypes_on_one_gpu():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "device-mismatch")
+
+
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        # torch 2.1 (pytorch #112658, as posted): rank 1 never set its CUDA device
+        ("AssertionError: Expects tensor to be on the compute device cuda:1", "cuda:1"),
+        # later torch names where the tensor was: parameters offloaded to the CPU by hand
+        ("AssertionError: Expects tensor to be on the compute device cuda:0, was on cpu", "cpu"),
+    ],
+)
+def test_fsdp_finds_a_parameter_off_its_compute_device(line, said):
+    code, report = inspect_json("-", stdin=line + "\n")
+    assert code == 1
+    (finding,) = findings_of(report, "device-mismatch")
+    assert said in finding["message"] and "set_device" in finding["fix"]

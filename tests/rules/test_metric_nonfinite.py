@@ -86,3 +86,10 @@ def test_near_miss_a_table_whose_loss_is_finite():
     text = "| loss          | 0.0123    |\n| nan_count     | 0         |\n"
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "metric-nonfinite")
+
+
+def test_hugging_face_logs_a_nan_eval_loss():
+    """The Trainer's log line (trl #1053: every label masked, an empty cross-entropy)."""
+    text = "{'eval_loss': nan, 'eval_runtime': 143.8323, 'eval_samples_per_second': 17.576}\n"
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "metric-nonfinite")

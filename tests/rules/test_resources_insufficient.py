@@ -273,3 +273,14 @@ def test_near_miss_paused_trials_the_scheduler_never_resumed():
     assert not findings_of(report, "resources-insufficient")
     assert "There are paused trials" in findings_of(report, "trial-error")[0]["message"]
     assert code == 1
+
+
+def test_nemo_rl_asks_for_more_gpus_than_the_cluster_has():
+    """NeMo RL checks the Ray cluster's GPUs before placing its groups (NeMo RL #89)."""
+    text = (
+        "ValueError: Not enough GPUs available. Requested 16 GPUs, but only 8 are available in "
+        "the cluster.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "resources-insufficient")
