@@ -203,6 +203,7 @@ CAUSE_ANCHORS = (
     "not started in the last",
     "worker group start",
     "per trial",
+    "not enough gpus",  # NeMo RL's "Not enough GPUs available. Requested 16 GPUs, ..."
     "no trial is running",
     # storage
     "cluster storage",
@@ -253,6 +254,7 @@ CAUSE_ANCHORS = (
     "shared memory",
     "duplicate gpu",
     "expected device",
+    "compute device",  # FSDP: "Expects tensor to be on the compute device cuda:1"
     "same device",
     "buffers on device",
     "cuda and dense",
