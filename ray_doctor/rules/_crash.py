@@ -13,7 +13,7 @@ import re
 
 from ray_doctor._literals import may_match
 from ray_doctor.model import Experiment, Failure, Layout, LogEvent, Trial
-from ray_doctor.rules._signature import search_events, signatures
+from ray_doctor.rules._signature import search_events, signatures, wording
 
 # What a crash itself prints (not Ray's own list of possible causes, which names SIGSEGV):
 # absl's / glog's handlers in Ray and torch C++, CPython's faulthandler, the shell, CUDA,
@@ -27,6 +27,20 @@ CRASH = re.compile(
     r"exitcode\s*:\s*-(?:11|6|7|4|8)\b"
     # Lightning's DDP launcher kills its own process group when a child fails with an error.
     r"|Child process with PID \d+ terminated with code [1-9]"
+)
+# A CUDA kernel fault is sticky: every later CUDA call in that process fails, NCCL's too (torch
+# then reports "unhandled cuda error", or aborts the communicator, and the other ranks see a
+# remote error): nccl-error stands back. CUDA reports it at a later call than the kernel that
+# faulted, so the traceback may point past the cause: trial-error says so.
+KERNEL_FAULT = signatures(
+    wording(
+        "CUDA kernel fault",
+        r"device-side assert triggered|an illegal memory access was encountered|"
+        r"CUDA error: misaligned address|CUDA error: unspecified launch failure",
+        "CUDA runtime error strings (cudaGetErrorString), raised by torch's C10_CUDA_CHECK",
+        "CUDA 10-13; torch 1.x-2.13 (RuntimeError; torch.AcceleratorError in recent torch)",
+        "torch.AcceleratorError: CUDA error: device-side assert triggered",
+    ),
 )
 # Ray's words for a worker process that died without raising (Ray 0.8-2.60): the actor's or
 # the task's death, and the exit detail the raylet adds.

@@ -100,7 +100,12 @@ MISMATCH = signatures(
         "tensor at cpu and parameter tensor at cuda:0",
     ),
 )
-DEVICES = re.compile(r"found at least two devices, ([\w:]+) and ([\w:]+)")
+# Both wordings of the first check: "found at least two devices, A and B" (torch 1.6-2.x) and
+# "but got mat1 is on A, different from other tensors on B" (seen from torch 2.11 on an H100).
+DEVICES = re.compile(
+    r"found at least two devices, ([\w:]+) and ([\w:]+)|"
+    r"but got \w+ is on ([\w:]+), different from other tensors on ([\w:]+)"
+)
 FSDP_LABEL = "FSDP compute device"
 # FSDP checks each flat parameter against the device it computes on (torch/distributed/fsdp/
 # _flat_param.py, `_check_on_compute_device`; later versions add ", was on ..."). The compute
@@ -153,7 +158,7 @@ class DeviceMismatch(SignatureRule):
             return self._fsdp(experiment, hit)
         devices = first_match(hit, DEVICES)
         if devices:
-            pair = f"{devices.group(1)} and {devices.group(2)}"
+            pair = " and ".join(g for g in devices.groups() if g)
         elif hit.match.groups():
             pair = " and ".join(g for g in hit.match.groups() if g)
         else:

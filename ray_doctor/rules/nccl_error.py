@@ -7,6 +7,7 @@ import re
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.rules._crash import KERNEL_FAULT
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
@@ -130,19 +131,6 @@ NCCL = signatures(
         "Software caused connection abort",
     ),
 )
-# A CUDA kernel fault is sticky: every later CUDA call in that process fails, NCCL's too (torch
-# then reports "unhandled cuda error", or aborts the communicator, and the other ranks see a
-# remote error). With one in the text the NCCL error is its consequence, not the cause.
-KERNEL_FAULT = signatures(
-    wording(
-        "CUDA kernel fault",
-        r"device-side assert triggered|an illegal memory access was encountered|"
-        r"CUDA error: misaligned address|CUDA error: unspecified launch failure",
-        "CUDA runtime error strings (cudaGetErrorString), raised by torch's C10_CUDA_CHECK",
-        "CUDA 10-12; torch 1.x-2.13",
-        "RuntimeError: CUDA error: device-side assert triggered",
-    ),
-)
 VERSION = re.compile(r"NCCL version ([\d.]+\+?\w*)")
 LAST_ERROR = re.compile(r"Last error:\s*\n?\s*(.+)")
 
@@ -157,6 +145,23 @@ ADVICE = {
     "duplicate GPU": "two ranks were given the same GPU: a fractional GPU per worker (Ray "
     "packs such workers onto one device), or every rank left on `cuda:0` instead of its "
     "local rank's device",
+}
+GENERIC_FIX = (
+    "Re-run with `NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET` to see the failing step. "
+    "Check the network interface (`NCCL_SOCKET_IFNAME`), try `NCCL_IB_DISABLE=1`, give "
+    "containers a large `/dev/shm`, use one torch/NCCL build on all nodes, and look for "
+    "an earlier error on the other ranks."
+)
+# Codes whose cause the text already names: the network checks above would send the reader
+# the wrong way (seen on a real H100: two Train workers at 0.5 GPU each).
+FIXES = {
+    "duplicate GPU": (
+        "Give each rank a GPU of its own: in Ray Train ask for whole GPUs "
+        "(`ScalingConfig(use_gpu=True)` without a fractional `resources_per_worker` GPU, and "
+        "no more workers than GPUs); outside Ray Train call "
+        "`torch.cuda.set_device(local_rank)` before `init_process_group`. Workers that must "
+        "share a GPU need the gloo backend (`TorchConfig(backend='gloo')`)."
+    ),
 }
 
 
@@ -183,6 +188,9 @@ class NcclError(SignatureRule):
         fails. For system errors check interfaces (`NCCL_SOCKET_IFNAME`), InfiniBand
         (`NCCL_IB_DISABLE=1` to test), and give containers a large `/dev/shm`. Use the same
         torch/NCCL build on every node. For remote errors, find the rank that failed first.
+        "Duplicate GPU detected" means two ranks share a device: give each its own GPU
+        (whole GPUs per Ray Train worker, or `torch.cuda.set_device(local_rank)`), or use
+        gloo for workers that must share one.
     References:
         - https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html
         - https://docs.ray.io/en/latest/train/user-guides/debugging.html
@@ -193,7 +201,7 @@ class NcclError(SignatureRule):
     title = "NCCL error"
     severity = Severity.ERROR
     commands = ("inspect", "smoke")
-    example = "fixtures/edited/nccl_error/error.txt"
+    example = "fixtures/train_v2_nccl_shared_gpu"
     signatures = NCCL
 
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
@@ -206,16 +214,10 @@ class NcclError(SignatureRule):
         if advice:
             message += f"; this code usually means {advice}"
         last = first_group(hit, LAST_ERROR)
-        if last:
+        if last and last.strip() not in hit.evidence.excerpt:  # said once is enough
             message += f". NCCL's last error: {last.strip()}"
         version = first_group(hit, VERSION)
         if version:
             message += f" (NCCL {version})"
         message += "."
-        fix = (
-            "Re-run with `NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET` to see the failing step. "
-            "Check the network interface (`NCCL_SOCKET_IFNAME`), try `NCCL_IB_DISABLE=1`, give "
-            "containers a large `/dev/shm`, use one torch/NCCL build on all nodes, and look for "
-            "an earlier error on the other ranks."
-        )
-        return message, fix
+        return message, FIXES.get(hit.signature.label, GENERIC_FIX)

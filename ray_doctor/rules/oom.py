@@ -581,7 +581,7 @@ class OomCuda(SignatureRule):
     id = "oom-cuda"
     title = "GPU out of memory"
     severity = Severity.ERROR
-    example = "fixtures/edited/oom_cuda/error.txt"
+    example = "fixtures/tune_oom_cuda"
     signatures = CUDA
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
@@ -601,6 +601,9 @@ class OomCuda(SignatureRule):
         batch = _batch_setting(hit)
         if batch:
             message += f"; the trial's config has {batch}"
+        beyond = _beyond_the_device(tried, total)
+        if beyond:
+            message += f"; {beyond}"
         message += "."
         fix = (
             "Lower the batch size (keep the effective batch with gradient accumulation), use "
@@ -608,7 +611,34 @@ class OomCuda(SignatureRule):
             "or shard the model (FSDP / ZeRO). Give each trial a whole GPU. If much memory is "
             "reserved but not allocated, set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`."
         )
+        if beyond:
+            fix = (
+                "Check the sizes behind that one allocation first (batch, sequence length, "
+                "vocabulary, a dimension multiplied twice): no memory saving makes it fit. Then "
+                + fix[0].lower()
+                + fix[1:]
+            )
         return message, fix
+
+
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _size(text: str | None) -> float | None:
+    """Bytes of torch's "512.00 GiB" (its allocator prints binary units, format_size)."""
+    number, _, unit = (text or "").partition(" ")
+    try:
+        return float(number) * _UNITS[unit]
+    except (KeyError, ValueError):
+        return None
+
+
+def _beyond_the_device(tried: str | None, total: str | None) -> str:
+    """Said when the failed request alone exceeds the GPU: then no saving trick helps."""
+    asked, whole = _size(tried), _size(total)
+    if asked is None or whole is None or asked <= whole:
+        return ""
+    return f"that one request is {asked / whole:.1f}x the whole GPU"
 
 
 def _batch_setting(hit: Hit) -> str | None:

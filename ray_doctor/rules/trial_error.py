@@ -18,7 +18,7 @@ from ray_doctor.rules._base import (
     sentence,
     subject_name,
 )
-from ray_doctor.rules._crash import SELF_EXIT, crash_lines, worker_ranks
+from ray_doctor.rules._crash import KERNEL_FAULT, SELF_EXIT, crash_lines, worker_ranks
 from ray_doctor.rules.trial_incomplete import says_trials_incomplete
 
 # Ray's Trainable raises a bare NotImplementedError from these when a class Trainable lacks them
@@ -44,6 +44,16 @@ def _fix(experiment: Experiment, failure: Failure | None, crashed: bool = False)
             "`CheckpointConfig(checkpoint_frequency=..., checkpoint_at_end=True)`. Implement "
             "`save_checkpoint(self, checkpoint_dir)` and `load_checkpoint(self, checkpoint_dir)`, "
             f"then {resume}."
+        )
+    if failure is not None and any(sig.pattern.search(failure.joined) for sig in KERNEL_FAULT):
+        return (
+            "CUDA reports a kernel's fault at a later CUDA call, so the traceback may point past "
+            "the cause. Re-run the failing trial with `CUDA_LAUNCH_BLOCKING=1` (or on the CPU, "
+            "where the same bug raises a plain IndexError) to get the line that faulted, and "
+            "read the kernel's own `Assertion ... failed` line in the worker's stderr "
+            "(`worker-*.err` in the session's logs dir). A device-side assert is most often an "
+            "index out of range: a class label >= the number of classes, a token id >= the "
+            f"vocabulary size, a negative index. Then {resume}."
         )
     if crashed:
         return (

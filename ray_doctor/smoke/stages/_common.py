@@ -177,7 +177,8 @@ def requests(options: SmokeOptions) -> dict[str, list[Bundle]]:
 
 def describe_request(stage: str, bundles: list[Bundle]) -> str:
     if stage == "collective" and all(b == bundles[0] for b in bundles):
-        return f"{len(bundles)} Train workers x {describe(bundles[0])}"
+        workers = "Train worker" if len(bundles) == 1 else "Train workers"
+        return f"{len(bundles)} {workers} x {describe(bundles[0])}"
     if len(bundles) == 1:
         return f"one {stage} trial with {describe(bundles[0])}"
     return f"{stage} bundles " + " + ".join(f"[{describe(b)}]" for b in bundles)
