@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
-from ray_doctor.model import Evidence, Experiment, Layout, Trial, TrialStatus
+from ray_doctor.model import Evidence, Experiment, Failure, Layout, Trial, TrialStatus
 from ray_doctor.rules._base import (
     Precedence,
     Rule,
@@ -168,7 +168,7 @@ class CheckpointMissing(Rule):
         # A trial's own error (a training function loading its checkpoint) or the run's.
         found_in_failures = False
         for trial, failure, subject in ended_by(experiment):
-            hit = search(GONE, failure)
+            hit = None if _sync_walk_race(failure) else search(GONE, failure)
             if hit:
                 found_in_failures = True
                 yield self._load_failed(experiment, hit, trial, subject)
@@ -289,6 +289,22 @@ class CheckpointMissing(Rule):
             subject=f"checkpoint:{experiment.path}:{trial.trial_id}",
             severity=Severity.WARNING,
         )
+
+
+# Tune's sync lists a trial dir, then stats each file; a checkpoint the trial deleted in
+# between (Ray's temp `checkpoint_-00001`, or one past `num_to_keep`) raises FileNotFoundError
+# in Ray's own walk, not in code that loads a checkpoint (ray #27168; Ray 1.x-2.0
+# tune/utils/file_transfer.py, which later ignores such files).
+SYNC_WALK = ("_get_recursive_files_and_stats",)
+
+
+def _sync_walk_race(failure: Failure) -> bool:
+    innermost = failure.frames[-1] if failure.frames else None
+    return (
+        innermost is not None
+        and innermost.function in SYNC_WALK
+        and "ray/tune/" in innermost.file.replace("\\", "/")
+    )
 
 
 def _other_trial_owning(experiment: Experiment, trial: Trial | None, hit: Hit) -> Trial | None:

@@ -19,6 +19,9 @@ from ray_doctor.rules._signature import (
 
 JOB_SERVER = "job server unreachable"
 GCS_GAVE_UP = "GCS did not come up"
+PORT_FORWARD = "port-forward refused in the head pod"
+# Ray's head ports by what listens on them (Ray 1.x-2.60 defaults).
+HEAD_PORTS = {"8265": "dashboard and job server", "10001": "Ray Client server", "6379": "GCS"}
 GCS_CLIENT = "Ray's GCS client (src/ray/rpc/gcs/gcs_rpc_client.h, rpc_client.h)"
 UNREACHABLE = signatures(
     wording(
@@ -189,6 +192,19 @@ UNREACHABLE = signatures(
         "Ray 1.x-2.60",
         "[2025-04-02 10:08:39,826 C 533 533] global_state_accessor.cc:296: Failed to get system "
         "config within the timeout setting.",
+    ),
+    # KubeRay users reach the head through `kubectl port-forward`: kubelet dials the port inside
+    # the head pod, and a refusal there means the pod runs but nothing of Ray listens on it
+    # (ray #25909: the dashboard's 8265).
+    wording(
+        PORT_FORWARD,
+        r"error forwarding port (8265|10001|6379) to pod [^\n]*connect: connection refused",
+        "kubectl port-forward (client-go tools/portforward, the kubelet dialing inside the pod)",
+        "Kubernetes 1.x",
+        "E0317 22:21:58.501309  135973 portforward.go:406] an error occurred forwarding 8265 -> "
+        "8265: error forwarding port 8265 to pod 755dce9c4626, uid : failed to execute "
+        'portforward in network namespace "/var/run/netns/cni-76ec8b4c": failed to dial '
+        "8265: dial tcp4 127.0.0.1:8265: connect: connection refused",
     ),
     wording(
         "Ray Client timeout",
@@ -412,6 +428,20 @@ class ClusterUnreachable(SignatureRule):
             )
         elif label in RAY_CLIENT:
             message, fix = _ray_client(experiment, hit, who)
+        elif label == PORT_FORWARD:
+            port = hit.match.group(1)
+            message = (
+                f"{who} could not reach the Ray head through `kubectl port-forward`: the pod "
+                f"answered, but nothing listened on port {port} inside it (Ray's "
+                f"{HEAD_PORTS[port]})."
+            )
+            fix = (
+                f"Check that Ray's {HEAD_PORTS[port]} started in the head pod: `kubectl logs` "
+                "of the head pod and, inside it, `ray status` and the logs in "
+                "`/tmp/ray/session_latest/logs` (dashboard.log for 8265). The dashboard "
+                "listens on the pod's address only with `--dashboard-host=0.0.0.0` (KubeRay "
+                "sets it); a head still starting refuses too: retry once it is ready."
+            )
         elif label == JOB_SERVER:
             message = (
                 f"{who} could not reach the cluster's job server (the head's dashboard) at "

@@ -242,6 +242,7 @@ CAUSE_ANCHORS = (
     "node_ip_address.json",
     "connected to ray cluster",
     "system config",  # a joining process that never got the cluster's config
+    "error forwarding port",  # kubectl port-forward to a head pod whose port nobody listens on
     "started a local ray instance",
     "ray runtime started",
     # modules

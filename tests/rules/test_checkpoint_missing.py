@@ -234,3 +234,26 @@ def test_loaders_that_name_the_dir_they_were_given(text):
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert findings_of(report, "checkpoint-missing")
+
+
+def test_near_miss_tunes_own_sync_walk_racing_a_deleted_checkpoint():
+    """ray #27168: Tune's sync listed a trial dir, the trial then deleted its temporary
+    checkpoint, and the sync's os.lstat raised. Nothing tried to load a checkpoint."""
+    text = (
+        "ray.exceptions.RayTaskError: ray::_get_recursive_files_and_stats() (pid=1909, "
+        "ip=172.31.82.95)\n"
+        '  File "/home/ray/anaconda3/lib/python3.7/site-packages/ray/tune/utils/file_transfer.py",'
+        " line 218, in _get_recursive_files_and_stats\n"
+        "    stat = os.lstat(os.path.join(path, key))\n"
+        "FileNotFoundError: [Errno 2] No such file or directory: '/home/ray/ray_results/exp/"
+        "HorovodTrainer_00dc0_00002_2_lr=0.3000_2022-07-28_02-17-00/checkpoint_-00001/"
+        ".tune_metadata'\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-missing")
+    # The same error from code that loads the checkpoint is still a missing checkpoint.
+    loading = text.replace("ray/tune/utils/file_transfer.py", "my_project/train.py").replace(
+        "_get_recursive_files_and_stats", "load_model"
+    )
+    _, report = inspect_json("-", stdin=loading)
+    assert findings_of(report, "checkpoint-missing")

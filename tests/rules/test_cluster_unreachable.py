@@ -255,3 +255,28 @@ def test_a_head_whose_gcs_never_started_points_at_its_logs():
     (finding,) = findings_of(report, "cluster-unreachable")
     assert "could not start a local Ray cluster" in finding["message"]
     assert "gcs_server.out" in finding["fix"]
+
+
+PORT_FORWARD = (
+    "Forwarding from 127.0.0.1:{port} -> {port}\n"
+    "Handling connection for {port}\n"
+    "E0317 22:21:58.501309  135973 portforward.go:406] an error occurred forwarding {port} -> "
+    "{port}: error forwarding port {port} to pod 755dce9c4626, uid : failed to execute "
+    'portforward in network namespace "/var/run/netns/cni-76ec8b4c": failed to dial {port}: '
+    "dial tcp4 127.0.0.1:{port}: connect: connection refused\n"
+    "E0317 22:21:58.501671  135973 portforward.go:234] lost connection to pod\n"
+)
+
+
+def test_a_port_forward_to_a_head_pod_that_does_not_listen():
+    """ray #25909: KubeRay's head pod runs, its dashboard does not answer on 8265."""
+    code, report = inspect_json("-", stdin=PORT_FORWARD.format(port=8265))
+    assert code == 1
+    (finding,) = findings_of(report, "cluster-unreachable")
+    assert "nothing listened on port 8265" in finding["message"]
+    assert "dashboard" in finding["message"] and "kubectl logs" in finding["fix"]
+
+
+def test_near_miss_a_port_forward_to_a_port_that_is_not_rays():
+    _, report = inspect_json("-", stdin=PORT_FORWARD.format(port=8080))
+    assert not findings_of(report, "cluster-unreachable")
