@@ -37,6 +37,7 @@ PICKLE_OPCODES = frozenset(range(128, 153)) | {
 }
 NOT_OPCODE = "|".join(str(byte) for byte in range(256) if byte not in PICKLE_OPCODES)
 TORCH_ZIP = "torch zip reader (caffe2/serialize/inline_container.cc)"
+PARTIAL_HF = "checkpoint folder written in part"
 CORRUPT = signatures(
     wording(
         "truncated torch zip",
@@ -80,7 +81,8 @@ CORRUPT = signatures(
     wording(
         "legacy torch file damaged",
         r"Invalid magic number; corrupt file\?|"
-        r"storage has wrong (?:byte )?size: expected \d+ got \d+",
+        # (to "got": a paste's markdown can glue an underscore to it, yolact #235)
+        r"storage has wrong (?:byte )?size: expected \d+ got",
         "torch.load of a pre-1.6 (non-zip) file (torch/serialization.py _legacy_load; "
         "torch/csrc serialization)",
         "torch 0.4-2.13 (its older wording: 'storage has wrong size')",
@@ -113,6 +115,18 @@ CORRUPT = signatures(
         "safetensors 0.3-0.5",
         "safetensors_rust.SafetensorError: Error while deserializing header: "
         "MetadataIncompleteBuffer",
+    ),
+    # transformers' Trainer resumes from the newest checkpoint-N folder (get_last_checkpoint)
+    # and reads trainer_state.json after the weights; it writes that file after the weights
+    # too, so a job stopped while saving leaves a folder without it (fms-hf-tuning #432,
+    # transformers #35534).
+    wording(
+        PARTIAL_HF,
+        r"No such file or directory: '[^'\n]*?(checkpoint-\d+)/trainer_state\.json'",
+        "transformers Trainer.train resuming (trainer.py: TrainerState.load_from_json after the weights)",
+        "transformers 4.x",
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/cos1/output/tiny-llama/checkpoint-25/trainer_state.json'",
     ),
     wording(
         "zip CRC",
@@ -199,6 +213,8 @@ class CheckpointCorrupt(SignatureRule):
             candidate = trial.last_checkpoint.name
         if NOT_A_CHECKPOINT.search(hit.evidence.excerpt):
             return self._not_a_checkpoint(experiment, hit)
+        if hit.signature.label == PARTIAL_HF:
+            return self._partial_folder(experiment, hit)
         message = (
             f"{subject_name(experiment, trial)} failed to restore from a damaged checkpoint "
             f"({hit.signature.label}: {hit.evidence.excerpt})"
@@ -216,6 +232,21 @@ class CheckpointCorrupt(SignatureRule):
             f"aside so the previous one is used, then {resume_hint(experiment)}. Write checkpoints "
             "to a temporary dir and report them only when complete, and keep at least two "
             "(`CheckpointConfig(num_to_keep=2)`)."
+        )
+        return message, fix
+
+    @staticmethod
+    def _partial_folder(experiment: Experiment, hit: Hit) -> tuple[str, str]:
+        folder = hit.match.group(1)
+        message = (
+            f"{subject_name(experiment, hit.trial)} resumed from {folder}, a checkpoint folder "
+            "written only in part: it has no trainer_state.json, which the Trainer writes after "
+            "the weights (a job stopped or killed while saving leaves such a folder)."
+        )
+        fix = (
+            f"Move {folder} aside so the resume picks the previous complete checkpoint (or pass "
+            "`resume_from_checkpoint=` a folder that has trainer_state.json); give the job time "
+            "to finish a save before it is stopped, and keep `save_total_limit` at 2 or more."
         )
         return message, fix
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._signature import Hit, SignatureRule, signatures, wording
 
 SEMAPHORE = "SemLock("  # multiprocessing/synchronize.py, making a POSIX semaphore in /dev/shm
+# Python's MemoryError as its exception line (numpy's subclass too; not torch's OutOfMemoryError).
+MEMORY_ERROR = re.compile(r"\s*(?:[\w.]+\.)?MemoryError\b")
+# What says the disk itself is full, beside a MemoryError.
+NO_SPACE = re.compile(r"No space left|Errno 28|ENOSPC|OutOfDiskError|[Dd]isk quota|disk is full")
 FULL = signatures(
     wording(
         "ENOSPC",
@@ -23,7 +29,8 @@ FULL = signatures(
     ),
     wording(
         "torch save on a full disk",
-        r"PytorchStreamWriter failed writing|inline_container\.cc:\d+\] \. unexpected pos",
+        # (the position check's own words: a paste can mangle "[enforce fail at FILE:LINE]")
+        r"PytorchStreamWriter failed writing|\. unexpected pos \d+ vs \d+",
         "torch zip writer (caffe2/serialize/inline_container.cc)",
         "torch 1.6-2.13",
         "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 1152 vs 1040",
@@ -125,7 +132,17 @@ class DiskFull(SignatureRule):
         # A POSIX semaphore (multiprocessing's SemLock, DataLoader workers' queues) that
         # cannot be made: they live in /dev/shm, 64 MB in a default container, not on a disk
         # (Megatron-LM #878). Read in the failure itself: another trial's text says nothing.
-        return failure is not None and any(SEMAPHORE in line for _, line in failure.lines())
+        if failure is None:
+            return False
+        lines = [line for _, line in failure.lines()]
+        if any(SEMAPHORE in line for line in lines):
+            return True
+        # torch's zip writer left short ("unexpected pos") because serialising raised
+        # MemoryError first (Dreambooth-Stable-Diffusion #45): the host's memory, not the disk,
+        # unless the same failure also says the disk is full.
+        return any(MEMORY_ERROR.match(line) for line in lines) and not any(
+            NO_SPACE.search(line) for line in lines
+        )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         message = (

@@ -56,3 +56,30 @@ def test_an_old_torch_reading_a_damaged_legacy_file():
     assert code == 1
     (finding,) = findings_of(report, "checkpoint-corrupt")
     assert "storage has wrong size" in finding["message"]
+
+
+def test_a_hugging_face_checkpoint_folder_written_in_part():
+    """fms-hf-tuning #432: the job stopped while saving checkpoint-25; resuming from the
+    newest folder found no trainer_state.json (the Trainer writes it after the weights)."""
+    text = (
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/cos1/output/sg/fine-tuned-tiny-llama-new3/checkpoint-25/trainer_state.json'\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "checkpoint-corrupt")
+    assert "checkpoint-25, a checkpoint folder written only in part" in finding["message"]
+    assert "Move checkpoint-25 aside" in finding["fix"]
+    assert not findings_of(report, "checkpoint-missing")
+
+
+def test_near_miss_a_trainer_state_outside_a_checkpoint_folder():
+    text = "FileNotFoundError: [Errno 2] No such file or directory: '/out/trainer_state.json'\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "checkpoint-corrupt")
+
+
+def test_a_legacy_torch_file_in_a_markdown_mangled_paste():
+    """yolact #235: the poster's markdown glued an underscore to 'got'."""
+    text = "_RuntimeError: storage has wrong size: expected 342948543801467925 got_ 1**\n"
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "checkpoint-corrupt")

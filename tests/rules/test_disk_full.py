@@ -77,3 +77,36 @@ def test_a_log_whose_trials_all_completed_gets_a_warning_not_an_error(fixtures):
     assert finding["severity"] == "warning"
     assert "Every trial still finished" in finding["message"]
     assert code == 0
+
+
+SHORT_WRITE = (
+    "RuntimeError: [enforce fail at ..\\caffe2\\serialize\\inline_container.cc:300] . "
+    "unexpected pos 6057217600 vs 6057217496\n"
+)
+
+
+def test_a_short_torch_save_whose_marker_a_paste_mangled():
+    """StyleTTS-WebUI #18: '[' lost and ':' turned to '_' in the paste; the drive was full."""
+    text = "enforce fail at inline_container.cc_595] . unexpected pos 1457862912 vs 1457862800\n"
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "disk-full")
+
+
+def test_near_miss_a_torch_save_cut_short_by_memory_error():
+    """Dreambooth-Stable-Diffusion #45: serialising a 6 GB checkpoint raised MemoryError, and
+    the zip writer's end-of-file check then saw the short write. Not the disk."""
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "torch\\serialization.py", line 499, in _save\n'
+        "    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+        "MemoryError\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "torch\\serialization.py", line 259, in __exit__\n'
+        "    self.file_like.write_end_of_file()\n" + SHORT_WRITE
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "disk-full")
+    # With the disk's own word beside it, the disk is still named.
+    _, report = inspect_json("-", stdin=text + "OSError: [Errno 28] No space left on device\n")
+    assert findings_of(report, "disk-full")
