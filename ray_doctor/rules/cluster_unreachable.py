@@ -16,6 +16,7 @@ from ray_doctor.rules._signature import (
     texts_of,
     wording,
 )
+from ray_doctor.rules.storage_unreachable import OUT_OF_FDS
 
 JOB_SERVER = "job server unreachable"
 GCS_GAVE_UP = "GCS did not come up"
@@ -383,7 +384,12 @@ class ClusterUnreachable(SignatureRule):
     def excluded(self, experiment: Experiment, failure: Failure | None) -> bool:
         hit = self.search_failure(failure) if failure is not None else None
         retried_only = hit is None or hit.signature.label in RETRIED
-        return retried_only and mentions(experiment, failure, ANSWERED)
+        if retried_only and mentions(experiment, failure, ANSWERED):
+            return True
+        # A process out of file descriptors can neither accept nor open a connection: a GCS
+        # logging "Failed accept4: Too many open files" looks unreachable to every raylet
+        # (ray #34486). The limit is the cause, as for port-conflict and storage-unreachable.
+        return mentions(experiment, failure, OUT_OF_FDS)
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         who = subject_name(experiment, hit.trial)

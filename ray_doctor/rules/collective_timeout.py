@@ -23,6 +23,16 @@ NCCL_WATCHDOG = "torch c10d ProcessGroupNCCL watchdog"
 EXIT_BARRIER_KEY = "/torchelastic/agent/terminal_state"
 EXIT_BARRIER = re.compile(rf"Error waiting on exit barrier|\bin _exit_barrier\b|{EXIT_BARRIER_KEY}")
 HANG = signatures(
+    # Ascend's collective library: a rank waited past HCCL_EXEC_TIMEOUT for a peer's record
+    # (CANN error code EI0002, printed through torch_npu; LLaMA-Factory #975).
+    wording(
+        "HCCL notify wait timeout",
+        r"EI0002: The wait execution of the Notify register times? out",
+        "Ascend CANN HCCL (error code EI0002) through torch_npu",
+        "CANN 6-8; torch_npu 1.11-2.x",
+        "EI0002: The wait execution of the Notify register times out. Reason: The Notify "
+        "register has not received the Notify record from remote rank [4294967295].",
+    ),
     wording(
         "NCCL watchdog timeout",
         r"Watchdog caught collective operation timeout|Caught collective operation timeout",

@@ -214,7 +214,9 @@ CUDA = signatures(
         "TPU / XLA device memory exhausted",
         r"Attempting to allocate [\d.]+[KMGT]?i?B?\. That was not possible\. There are "
         r"[\d.]+[KMGT]?i?B? free|Ran out of memory in memory space hbm|"
-        r"RESOURCE_EXHAUSTED: Error allocating device buffer",
+        r"RESOURCE_EXHAUSTED: Error allocating device buffer|"
+        # the TPU runtime reserving a program's memory (torch_xla 1.x on TPU VMs, xla #3470)
+        r"RESOURCE_EXHAUSTED: Attempting to reserve [\d.]+[KMGT]?i?B? at the bottom of memory",
         "the TPU runtime's and XLA's allocators (tensorflow/compiler/xla, libtpu) through "
         "torch_xla, JAX and TensorFlow",
         "torch_xla 1.x-2.x; JAX; TensorFlow 2.x",
@@ -244,6 +246,23 @@ CUDA = signatures(
         "torch ROCm caching allocator (hipified CUDACachingAllocator.cpp)",
         "torch 1.8-2.13 (ROCm)",
         "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 64.00 MiB",
+    ),
+    # Other accelerators' ports of torch's caching allocator print its words with their name.
+    wording(
+        "NPU / XPU out of memory",
+        r"(?:NPU|XPU) out of memory\. Tried to allocate",
+        "torch_npu's (Ascend, NPUCachingAllocator.cpp) and torch's / IPEX's XPU caching allocators",
+        "torch_npu 1.11-2.x; torch 2.5-2.13 (XPU), IPEX 1.x-2.x",
+        "RuntimeError: NPU out of memory. Tried to allocate 5.03 GiB (NPU 3; 60.96 GiB total "
+        "capacity; 49.47 GiB already allocated; 1.32 GiB free)",
+    ),
+    wording(
+        "Gaudi device memory exhausted",
+        r"MODULE:PT_DEVMEM Allocation failed for size",
+        "Habana's PyTorch bridge on Gaudi HPUs (habana_frameworks, its device-memory module)",
+        "SynapseAI 1.x",
+        "RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for "
+        "size::268435456 (256)MB",
     ),
     wording(
         "MPS out of memory",
@@ -401,8 +420,9 @@ OS_KILL_CONFIRMED = signatures(
         "shell: Killed",
         r"^\s*(?:Killed|已杀死)\s*$|^.*line \d+:\s+\d+ Killed\s|\[\d+\][+-]?\s+Killed\s+\S|"
         # tqdm redraws its bar with a carriage return and no newline, so the shell's report
-        # lands at the end of the bar: "4/8 [02:10<02:22, 35.73s/it]Killed".
-        r"(?:s/it|it/s)\]\s*Killed\s*$",
+        # lands at the end of the bar: "4/8 [02:10<02:22, 35.73s/it]Killed"; mmcv's bar ends
+        # in its ETA ("1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死").
+        r"(?:(?:s/it|it/s)\]|ETA:\s*\d+s)\s*(?:Killed|已杀死)\s*$",
         "bash / sh job report of a child ended by SIGKILL (strsignal's text; glibc's zh_CN "
         "translation '已杀死' on Chinese locales)",
         "any",

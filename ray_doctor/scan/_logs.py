@@ -254,6 +254,7 @@ CAUSE_ANCHORS = (
     "ibv_",
     "shared memory",
     "duplicate gpu",
+    "notify register",  # Ascend HCCL: "EI0002: The wait execution of the Notify register times out"
     "expected device",
     "compute device",  # FSDP: "Expects tensor to be on the compute device cuda:1"
     "same device",

@@ -280,3 +280,18 @@ def test_a_port_forward_to_a_head_pod_that_does_not_listen():
 def test_near_miss_a_port_forward_to_a_port_that_is_not_rays():
     _, report = inspect_json("-", stdin=PORT_FORWARD.format(port=8080))
     assert not findings_of(report, "cluster-unreachable")
+
+
+def test_near_miss_a_gcs_out_of_file_descriptors():
+    """ray #34486: the GCS could not accept connections (its fd limit), so every raylet timed
+    out connecting to it. The limit is the cause, not an unreachable head."""
+    text = (
+        "(pid=gcs_server) E0412 18:43:30.090938599     302 tcp_server_posix.cc:216]    Failed "
+        "accept4: Too many open files\n"
+        "(raylet) [2023-04-12 18:43:36,237 E 55835 55835] gcs_rpc_client.h:203: Failed to "
+        "connect to GCS at address 10.0.34.93:6379 within 5 seconds.\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "cluster-unreachable")
+    _, report = inspect_json("-", stdin=text.split("\n", 1)[1])
+    assert findings_of(report, "cluster-unreachable")

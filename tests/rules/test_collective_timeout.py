@@ -145,3 +145,18 @@ def test_near_miss_the_watchdog_handler_alone():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "collective-timeout")
+
+
+def test_ascends_hccl_notify_wait_timeout():
+    """LLaMA-Factory #975, as posted: a rank waited past HCCL_EXEC_TIMEOUT (CANN EI0002)."""
+    text = (
+        "npuSynchronizeDevice:/usr1/02/workspace/pytorch/torch_npu/csrc/core/npu/NPUStream.cpp:"
+        "370 NPU error, error code is 107020.\n"
+        "EI0002: The wait execution of the Notify register times out. Reason: The Notify "
+        "register has not received the Notify record from remote rank [4294967295].base "
+        "information: [streamID:[1], taskID[39], taskType[Notify Wait], tag[AllReduce_192.168"
+        ".0.116%enp69s0_60000_0_1694500287022627].]\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "collective-timeout")

@@ -61,3 +61,32 @@ def test_near_miss_a_task_that_waited_on_one_the_memory_monitor_killed():
     )
     _, report = inspect_json("-", stdin=text)
     assert report["findings"][0]["rule"] == "oom-ray-memory-monitor"
+
+
+OTHER_ACCELERATORS = [
+    # torch_npu on Ascend (TouchNet #100, as posted)
+    "RuntimeError: NPU out of memory. Tried to allocate 5.03 GiB (NPU 3; 60.96 GiB total "
+    "capacity; 49.47 GiB already allocated; 49.47 GiB current active; 1.32 GiB free; 57.55 GiB "
+    "reserved in total by PyTorch)",
+    # Habana's bridge on Gaudi (milabench #301, as posted)
+    "\t* 1 x RuntimeError: [Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for "
+    "size::268435456 (256)MB",
+    # the TPU runtime reserving a program's memory (pytorch/xla #3470, as posted)
+    "2022-04-04 00:27:49.642380: E tensorflow/compiler/xla/xla_client/xla_util.cc:88]   (1) "
+    "RESOURCE_EXHAUSTED: Attempting to reserve 6.48G at the bottom of memory. That was not "
+    "possible. There are 6.78G free, 0B reserved, and 3.33G reservable.",
+]
+
+
+def test_other_accelerators_out_of_memory():
+    for text in OTHER_ACCELERATORS:
+        code, report = inspect_json("-", stdin=text + "\n")
+        assert code == 1, text
+        (finding,) = findings_of(report, "oom-cuda")
+        assert "ran out of GPU memory" in finding["message"]
+
+
+def test_near_miss_an_npu_error_that_is_not_memory():
+    text = "RuntimeError: NPU error, error code is 107020.\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "oom-cuda")

@@ -112,3 +112,10 @@ def test_near_miss_an_ide_stop_after_the_user_interrupted():
     # The same exit with the kernel's word for it stays memory.
     _, report = inspect_json("-", stdin=text + DMESG)
     assert findings_of(report, "oom-killed-by-os")
+
+
+def test_a_kill_report_glued_to_mmcvs_progress_bar():
+    """mmdetection #5263: a zh_CN shell's '已杀死' at the end of mmcv's bar."""
+    text = "[>>>>>>>>>> ] 1022/5000, 1.5 task/s, elapsed: 673s, ETA: 2621s已杀死\n"
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "oom-killed-by-os")
