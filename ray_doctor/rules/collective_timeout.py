@@ -165,7 +165,9 @@ HANG = signatures(
     wording(
         "rendezvous",
         r"gloo/http_store\.cc:\d+\] Wait timeout|Timed out waiting for tasks to start\. Please "
-        r"check connectivity between servers|DEADLINE_EXCEEDED: Barrier timed out\. Barrier_id",
+        r"check connectivity between servers|DEADLINE_EXCEEDED: Barrier timed out\. "
+        # (newer JAX: "Barrier timed out. Id: [Init]Wait_for_all_tasks_to_register::0")
+        r"(?:Barrier_id|Id: )",
         "Horovod's gloo rendezvous (horovod/common/gloo/http_store.cc) and driver service "
         "(horovod/runner/common/service/driver_service.py); JAX's coordination service barrier "
         "(xla/tsl coordination_service)",

@@ -17,6 +17,7 @@ from ray_doctor.rules._signature import (
 )
 
 LOAD_STATE_DICT = "torch nn.Module.load_state_dict (torch/nn/modules/module.py)"
+TF_KEY = "TensorFlow variable not in checkpoint"
 MISMATCH = signatures(
     wording(
         "load_state_dict",
@@ -24,6 +25,17 @@ MISMATCH = signatures(
         LOAD_STATE_DICT,
         "torch 0.4-2.13",
         "RuntimeError: Error(s) in loading state_dict for Net:",
+    ),
+    # TensorFlow's Saver / tf.train.Checkpoint restoring a graph variable the checkpoint does
+    # not hold (a slot variable of another optimizer, a renamed scope; google/automl #683).
+    wording(
+        TF_KEY,
+        r"Key \S+ not found in checkpoint",
+        "TensorFlow's tensor bundle reader (tensorflow/core/util/tensor_bundle/tensor_bundle.cc) "
+        "through Saver.restore / RestoreV2",
+        "TensorFlow 1.x-2.x",
+        "tensorflow.python.framework.errors_impl.NotFoundError: Key box_net/box-0-bn-3/beta/"
+        "Momentum not found in checkpoint",
     ),
     wording(
         "missing keys",
@@ -207,12 +219,20 @@ class StateDictMismatch(SignatureRule):
             for name, saved, current in sizes[:3]:
                 parts.append(f"{name} is {saved} in the checkpoint but {current} in the model")
             detail = "; ".join(parts) or hit.evidence.excerpt
-            message = f"{who} could not load a checkpoint into its model: {detail}."
+            message = f"{who} could not load a checkpoint into its model: {detail.strip()}."
             fix = (
                 "Build the model with the hyper-parameters the checkpoint was trained with (or "
                 "restore a checkpoint made by this version of the model); use `strict=False` only "
                 "for layers you mean to re-initialise."
             )
+            if hit.signature.label == TF_KEY:
+                fix = (
+                    "The graph has a variable the checkpoint lacks (often another optimizer's "
+                    "slots, or a renamed scope): restore only what the checkpoint holds "
+                    "(`tf.train.Saver(var_list=...)`, `tf.train.init_from_checkpoint` with a "
+                    "map, or `tf.train.Checkpoint(...).restore(path).expect_partial()`), or "
+                    "build the model as the checkpoint was trained."
+                )
         return message, fix
 
 

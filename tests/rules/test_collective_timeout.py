@@ -160,3 +160,15 @@ def test_ascends_hccl_notify_wait_timeout():
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert findings_of(report, "collective-timeout")
+
+
+def test_jaxs_newer_start_up_barrier_wording():
+    """AI-Hypercomputer/gpu-recipes #2, as posted: not every task registered in time."""
+    text = (
+        "Original error: DEADLINE_EXCEEDED: Barrier timed out. Id: [Init]Wait_for_all_tasks_to_"
+        "register::0. This usually happens because a task triggered the barrier too early or "
+        "too slowly.\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert findings_of(report, "collective-timeout")

@@ -111,3 +111,26 @@ def test_distributed_checkpoint_size_mismatch(tmp_path):
     assert "Size mismatch between saved torch.Size([4, 8]) and current" in text
     _, report = inspect_json("-", stdin=text)
     assert report["findings"][0]["rule"] == "state-dict-mismatch"
+
+
+def test_a_tensorflow_variable_the_checkpoint_does_not_hold():
+    """google/automl #683, as posted: the graph's Momentum slots are not in the checkpoint."""
+    text = (
+        "2 root error(s) found.\n"
+        "  (0) Not found: Key box_net/box-0-bn-3/beta/Momentum not found in checkpoint\n"
+        "         [[node save/RestoreV2 (defined at estimator.py:1493) ]]\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "state-dict-mismatch")
+    assert "box_net/box-0-bn-3/beta/Momentum" in finding["message"]
+    assert "expect_partial" in finding["fix"] and "strict=False" not in finding["fix"]
+
+
+def test_near_miss_a_tensorflow_checkpoint_that_is_not_there():
+    text = (
+        "tensorflow.python.framework.errors_impl.NotFoundError: Failed to find any matching "
+        "files for /ckpt/model.ckpt-1000\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "state-dict-mismatch")
