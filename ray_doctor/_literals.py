@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 try:  # Python 3.11+
@@ -35,6 +36,7 @@ _ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
 
 Needles = tuple[str, ...]
 T = TypeVar("T")
+DIGITS_AS_ZERO = str.maketrans("0123456789", "0000000000")
 
 
 def _best(candidates: list[Needles]) -> Needles | None:
@@ -165,17 +167,24 @@ def _requirements_of(pattern: re.Pattern[str]) -> Requirements | None:
     return found
 
 
-def may_match(pattern: re.Pattern[str], text: str) -> bool:
-    """False only when `pattern` cannot match anywhere in `text`."""
+def may_match(pattern: re.Pattern[str], text: str, templates: LineTemplates | None = None) -> bool:
+    """False only when `pattern` cannot match anywhere in `text`. `templates`: `text`'s lines
+    as `line_templates` makes them, when the caller has them: needles without digits are
+    looked for there instead."""
     found = _requirements_of(pattern)
     if found is None:
         return True
     sets, blind = found
-    if blind:
-        if not text.isascii():  # O(1): CPython knows a string's widest character
-            return True
-        text = _lowered(text)
-    return _holds_all(sets, text)
+    if blind and not text.isascii():  # O(1): CPython knows a string's widest character
+        return True
+    if templates is not None:
+        split = _split(sets)
+        if not any(numbered for _, numbered in split):
+            text = ""  # (not lowered: nothing is looked for in it)
+        elif blind:
+            text = _lowered(text)
+        return _holds_all_split(split, templates.seen(blind), text)
+    return _holds_all(sets, _lowered(text) if blind else text)
 
 
 def _holds_all(sets: tuple[Needles, ...], text: str) -> bool:
@@ -247,12 +256,18 @@ def line_starts(lines: list[str]) -> list[int]:
 
 
 def lines_that_may_match(
-    pattern: re.Pattern[str], joined: str, starts: list[int], lowered: str | None = None
+    pattern: re.Pattern[str],
+    joined: str,
+    starts: list[int],
+    lowered: str | None = None,
+    templates: LineTemplates | None = None,
 ) -> list[int] | None:
     """Indices of the lines of `joined` (lines joined by newlines, each starting at
     `starts[i]`) that may hold a match, ascending; None when the pattern has no needles to
     look for (every line may). One `str.find` sweep per needle over the whole text instead of
-    a test per line and pattern. `lowered`: `joined.lower()`, when the caller has it."""
+    a test per line and pattern. `lowered`: `joined.lower()`, when the caller has it;
+    `templates`: the lines as `line_templates` makes them (swept instead, when the pattern's
+    needles hold no digit)."""
     found = _requirements_of(pattern)
     if found is None:
         return None
@@ -263,12 +278,111 @@ def lines_that_may_match(
         text = _lowered(joined) if lowered is None else lowered
     else:
         text = joined
+    if templates is not None:
+        return _templated_lines(_split(sets), templates, blind, text, starts)
     if not _holds_all(sets[1:], text):
         return []
     hits: set[int] = set()
     for needle in sets[0]:
         hits.update(lines_holding(needle, text, starts))
     return sorted(hits)
+
+
+def _templated_lines(
+    split: Split, templates: LineTemplates, blind: bool, text: str, starts: list[int]
+) -> list[int]:
+    """`lines_that_may_match` with the needles without digits looked for in the templates."""
+    seen = templates.seen(blind)
+    if not _holds_all_split(split[1:], seen, text):
+        return []
+    plain, numbered = split[0]
+    hits: set[int] = set()
+    members = templates.members
+    for needle in plain:
+        for slot in lines_holding(needle, seen, templates.starts):
+            hits.update(members[slot])
+    for needle, template in numbered:
+        if template in seen:
+            hits.update(lines_holding(needle, text, starts))
+    return sorted(hits)
+
+
+@dataclass
+class LineTemplates:
+    """Lines with their digits made `0`, each distinct one once (joined by newlines, `starts`
+    where each starts), and which of the original lines each stands for. The map is character
+    for character, so a line holds a needle without digits exactly when its template does: a
+    log's kept lines (tens of thousands of checkpoint, kill or state-dump lines a long session
+    repeats with other numbers) are searched as their few templates."""
+
+    joined: str
+    starts: list[int]
+    members: list[list[int]]
+    _lowered: str | None = None
+
+    def seen(self, blind: bool) -> str:
+        """The joined templates as a case-blind or exact search sees them."""
+        if not blind:
+            return self.joined
+        if self._lowered is None:
+            self._lowered = self.joined.lower()
+        return self._lowered
+
+
+def line_templates(lines: list[str]) -> LineTemplates:
+    members: dict[str, list[int]] = {}
+    for index, template in enumerate("\n".join(lines).translate(DIGITS_AS_ZERO).split("\n")):
+        members.setdefault(template, []).append(index)
+    distinct = list(members)
+    if sum(map(len, members.values())) != len(lines):  # a line held a newline
+        distinct = [line.translate(DIGITS_AS_ZERO) for line in lines]
+        return LineTemplates(
+            "\n".join(distinct), line_starts(distinct), [[i] for i in range(len(lines))]
+        )
+    return LineTemplates("\n".join(distinct), line_starts(distinct), list(members.values()))
+
+
+# Each set of needles as (those without digits, those with): a template tells a needle with
+# digits from any other number of as many digits, so those are looked for in the text itself.
+Split = tuple[tuple[Needles, tuple[tuple[str, str], ...]], ...]  # numbered: (needle, template)
+_SPLITS: dict[int, tuple[tuple[Needles, ...], Split]] = {}
+
+
+def _split(sets: tuple[Needles, ...]) -> Split:
+    entry = _SPLITS.get(id(sets))
+    if entry is None:  # (an entry holds its sets: no other object can have their id)
+        if len(_SPLITS) >= MAX_PATTERNS:
+            _SPLITS.clear()
+        split = tuple(
+            (
+                tuple(n for n in strings if not has_digit(n)),
+                tuple((n, n.translate(DIGITS_AS_ZERO)) for n in strings if has_digit(n)),
+            )
+            for strings in sets
+        )
+        entry = _SPLITS[id(sets)] = (sets, split)
+    return entry[1]
+
+
+def has_digit(text: str) -> bool:
+    return any(char in "0123456789" for char in text)
+
+
+def _holds_all_split(split: Split, templates: str, text: str) -> bool:
+    """`_holds_all`, each set's needles without digits looked for in `templates` (the text's
+    lines as `line_templates` makes them), those with digits in `text`."""
+    for plain, numbered in split:
+        for needle in plain:
+            if needle in templates:
+                break
+        else:
+            for needle, template in numbered:
+                # A line holding the needle holds its template: most are settled there.
+                if template in templates and needle in text:
+                    break
+            else:
+                return False
+    return True
 
 
 def lines_holding(needle: str, joined: str, starts: list[int]) -> Iterator[int]:

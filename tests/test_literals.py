@@ -165,3 +165,57 @@ def test_tables_made_and_dropped_at_run_time_get_their_own_plans():
         table = (re.compile(f"word{index}x"), re.compile("never-there"))
         assert screen(table, f"... word{index}x ...") == [0]
         assert screen(table, f"... word{index + 1}x ...") == []
+
+
+def test_lines_searched_as_templates_keep_every_match():
+    """With a text's lines as their templates (digits made `0`, repeats dropped), the prefilter
+    still keeps every line a pattern matches: the kept log lines of a long session are searched
+    that way (`rules/_signature.py`)."""
+    from ray_doctor._literals import line_starts, line_templates, lines_that_may_match
+
+    lines = [line for text in _texts() for line in text.splitlines()][:60_000]
+    joined = "\n".join(lines)
+    templates = line_templates(lines)
+    assert len(templates.members) < len(lines) / 2  # real logs repeat their templates
+    starts = line_starts(lines)
+    checked = 0
+    for pattern in _patterns():
+        matching = [i for i, line in enumerate(lines) if pattern.search(line)]
+        assert may_match(pattern, joined, templates) is True or not matching, pattern.pattern
+        found = lines_that_may_match(pattern, joined, starts, templates=templates)
+        if found is not None:
+            assert set(matching) <= set(found), pattern.pattern
+            assert found == sorted(set(found))
+        checked += bool(matching)
+    assert checked > 50
+
+
+@pytest.mark.parametrize(
+    ("pattern", "found"),
+    [
+        # A needle with digits is told from the same line with another number in it.
+        (r"exit code 9\b", [3]),
+        (r"exit code 1\b", [1]),
+        (r"exit code 137\b", []),
+        (r"(?i)\[errno 28\]|errno 28", [4]),
+        (r"Agent process with name \w+ exited", [0, 1, 2, 3]),
+    ],
+)
+def test_template_search_tells_numbers_apart(pattern, found):
+    from ray_doctor._literals import line_starts, line_templates, lines_that_may_match
+
+    lines = [
+        "Agent process with name dashboard_agent exited, exit code 0.",
+        "Agent process with name dashboard_agent exited, exit code 1.",
+        "Agent process with name dashboard_agent exited, exit code 0.",
+        "Agent process with name dashboard_agent exited, exit code 9.",
+        "OSError: [Errno 28] writing shard 12",
+        "OSError: [Errno 13] writing shard 14",
+    ]
+    compiled = re.compile(pattern)
+    templates = line_templates(lines)
+    assert templates.members == [[0, 1, 2, 3], [4, 5]]
+    joined = "\n".join(lines)
+    kept = lines_that_may_match(compiled, joined, line_starts(lines), templates=templates)
+    assert [i for i in kept if compiled.search(lines[i])] == found
+    assert may_match(compiled, joined, templates) is bool(found)

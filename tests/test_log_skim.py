@@ -211,3 +211,14 @@ def test_a_skimmed_traceback_that_lost_its_indentation_is_read_whole(monkeypatch
     assert skimmed == _read(lines, "driver.log", 4 * 2**20, False, monkeypatch)[0]
     assert [(f[0], f[2].line) for f in skimmed[0]] == [("RuntimeError", MAX_BUFFERED_LINES + 3_001)]
     assert "trainer.fit(model)" in skimmed[0][0][4]
+
+
+def test_cause_words_with_digits_are_told_apart_in_a_batch_of_one_template():
+    """A batch's cause words are looked for in its distinct lines with digits made `0`; a word
+    with digits (Windows' socket error 10048) is still looked for line by line."""
+    from ray_doctor.scan._logs import hot_lines
+
+    lines = [f"[2026-11-22 06:31:{i:02d}] bind failed: error {10040 + i}" for i in range(12)]
+    assert hot_lines(lines) == [10040 + i == 10048 for i in range(12)]
+    lines = [f"epoch {i}: loss=nan" if i == 7 else f"epoch {i}: loss=0.{i}" for i in range(12)]
+    assert hot_lines(lines) == [i == 7 for i in range(12)]

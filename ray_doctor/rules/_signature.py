@@ -14,7 +14,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ray_doctor._literals import line_starts, lines_that_may_match, may_match, screen
+from ray_doctor._literals import (
+    LineTemplates,
+    line_starts,
+    line_templates,
+    lines_that_may_match,
+    may_match,
+    screen,
+)
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
@@ -153,12 +160,20 @@ class EventText:
     joined: str
     starts: list[int]
     _lowered: str | None = None
+    _templates: LineTemplates | None = None
 
     @property
     def lowered(self) -> str:
         if self._lowered is None:
             self._lowered = self.joined.lower()
         return self._lowered
+
+    @property
+    def templates(self) -> LineTemplates:
+        """The lines as their distinct templates: searched in their stead (`live`)."""
+        if self._templates is None:
+            self._templates = line_templates(self.lines)
+        return self._templates
 
 
 # The last events list's text: every rule asks the same list (up to 2,000 kept lines per log
@@ -181,24 +196,43 @@ def event_lines(events: list[LogEvent]) -> tuple[list[str], str]:
     return text.lines, text.joined
 
 
-def any_line(pattern: re.Pattern[str], texts: list[str], joined: str | None = None) -> bool:
+def any_line(
+    pattern: re.Pattern[str],
+    texts: list[str],
+    joined: str | None = None,
+    templates: LineTemplates | None = None,
+) -> bool:
     """Whether `pattern` matches within one of `texts`. A literal the pattern needs, absent
-    from all of them at once (`joined`: the texts joined by newlines), settles it first."""
+    from all of them at once (`joined`: the texts joined by newlines; `templates`: their
+    `line_templates`), settles it first."""
     joined = "\n".join(texts) if joined is None else joined
-    if not may_match(pattern, joined):
+    if not may_match(pattern, joined, templates):
         return False
     if len(texts) < MANY_LINES:
         return any(pattern.search(text) for text in texts)
-    found = lines_that_may_match(pattern, joined, line_starts(texts))
+    found = lines_that_may_match(pattern, joined, line_starts(texts), templates=templates)
     return any(pattern.search(texts[i]) for i in (range(len(texts)) if found is None else found))
+
+
+def any_event_line(pattern: re.Pattern[str], events: list[LogEvent]) -> bool:
+    """`any_line` over the kept log lines (their text and templates made once for all rules)."""
+    text = event_text(events)
+    if not may_match(pattern, text.joined, text.templates):
+        return False
+    found = lines_that_may_match(pattern, text.joined, text.starts, text.lowered, text.templates)
+    lines = text.lines
+    return any(pattern.search(lines[i]) for i in (range(len(lines)) if found is None else found))
 
 
 MANY_LINES = 64  # from here on, finding the candidate lines in one sweep beats a test per line
 
 
-def live(sigs: Iterable[Signature], joined: str) -> list[Signature]:
-    """The signatures that may match somewhere in `joined`, in their order."""
-    return [sig for sig in sigs if may_match(sig.pattern, joined)]
+def live(
+    sigs: Iterable[Signature], joined: str, templates: LineTemplates | None = None
+) -> list[Signature]:
+    """The signatures that may match somewhere in `joined` (whose lines `templates` stands
+    for, when given), in their order."""
+    return [sig for sig in sigs if may_match(sig.pattern, joined, templates)]
 
 
 def search_events(sigs: Iterable[Signature], events: Iterable[LogEvent]) -> list[Hit]:
@@ -208,13 +242,15 @@ def search_events(sigs: Iterable[Signature], events: Iterable[LogEvent]) -> list
     then 340,000 per-line prefilter calls."""
     events = events if isinstance(events, list) else list(events)
     text = event_text(events)
-    table = live(sigs, text.joined)
+    table = live(sigs, text.joined, text.templates)
     if not table:
         return []
     every_line = range(len(events))
     candidates = []  # per signature: the line indices it may match, ascending
     for signature in table:
-        found = lines_that_may_match(signature.pattern, text.joined, text.starts, text.lowered)
+        found = lines_that_may_match(
+            signature.pattern, text.joined, text.starts, text.lowered, text.templates
+        )
         candidates.append(every_line if found is None else found)
     first: dict[int, Hit] = {}  # line index -> its hit (the earliest signature wins)
     for signature, indices in zip(table, candidates, strict=True):
@@ -384,10 +420,14 @@ def texts_of(experiment: Experiment, failure: Failure | None) -> list[str]:
 
 
 def mentions(experiment: Experiment, failure: Failure | None, sigs: Iterable[Signature]) -> bool:
-    """Whether any of `sigs` appears in the failure or the kept log lines."""
-    texts = texts_of(experiment, failure)
+    """Whether any of `sigs` appears in the failure or the kept log lines (`texts_of`)."""
+    failures = [failure] if failure is not None else experiment.failures
+    texts = [line for f in failures for _, line in f.lines()]
     joined = "\n".join(texts)
-    return any(any_line(sig.pattern, texts, joined) for sig in sigs)
+    return any(
+        any_line(sig.pattern, texts, joined) or any_event_line(sig.pattern, experiment.events)
+        for sig in sigs
+    )
 
 
 def hit_text(hit: Hit) -> str:

@@ -17,6 +17,8 @@ from itertools import chain, islice
 from typing import BinaryIO
 
 from ray_doctor._literals import (
+    DIGITS_AS_ZERO,
+    has_digit,
     line_starts,
     lines_holding,
     lines_that_may_match,
@@ -331,14 +333,52 @@ WEAK_WORDS = re.compile(
 )
 
 
+# Cause words looked for once per distinct template of a batch (weak: checked word by word), and
+# those with digits, which a template cannot tell apart, in every line.
+TEMPLATE_ANCHORS = tuple(
+    (anchor, anchor in WEAK_ANCHORS) for anchor in CAUSE_ANCHORS if not has_digit(anchor)
+)
+NUMBERED_ANCHORS = tuple(anchor for anchor in CAUSE_ANCHORS if has_digit(anchor))
+
+
 def hot_lines(
     texts: list[str], joined: str | None = None, starts: list[int] | None = None
 ) -> list[bool]:
     """For each line of a batch: does it hold a cause word? One pass of str.find per anchor
-    over the whole batch, then the weak anchors' lines checked word by word. `joined` and
-    `starts`: the batch joined by newlines and where each line starts, when the caller has them."""
+    over the batch's distinct lines with digits made `0` (a log's lines are a few templates:
+    a batch of 4,096 raylet.out or training lines has tens), then the weak anchors' lines
+    checked word by word. `joined`: the batch joined by newlines, when the caller has it."""
     low = ("\n".join(texts) if joined is None else joined).lower()
-    starts = line_starts(texts) if starts is None else starts
+    lowered = low.split("\n")
+    if len(lowered) != len(texts):  # a text held a newline: find each line's own span
+        return _hot_lines_spanned(texts, low, line_starts(texts) if starts is None else starts)
+    templates = low.translate(DIGITS_AS_ZERO).split("\n")
+    position: dict[str, int] = {}
+    slots = [position.setdefault(template, len(position)) for template in templates]
+    distinct = list(position)
+    distinct_joined = "\n".join(distinct)
+    distinct_starts = line_starts(distinct)
+    strong = [False] * len(distinct)
+    weak = [False] * len(distinct)
+    for anchor, is_weak in TEMPLATE_ANCHORS:
+        marks = weak if is_weak else strong
+        for index in lines_holding(anchor, distinct_joined, distinct_starts):
+            marks[index] = True
+    numbered: set[int] = set()
+    if any(anchor in low for anchor in NUMBERED_ANCHORS):
+        low_starts = line_starts(lowered)
+        for anchor in NUMBERED_ANCHORS:
+            numbered.update(lines_holding(anchor, low, low_starts))
+    return [
+        strong[slot]
+        or index in numbered
+        or (weak[slot] and WEAK_WORDS.search(lowered[index]) is not None)
+        for index, slot in enumerate(slots)
+    ]
+
+
+def _hot_lines_spanned(texts: list[str], low: str, starts: list[int]) -> list[bool]:
+    """`hot_lines` with each line found by where it starts in the joined text."""
     strong = [False] * len(texts)
     weak = [False] * len(texts)
     for anchor in CAUSE_ANCHORS:

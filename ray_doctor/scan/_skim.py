@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import accumulate
 
+from ray_doctor._literals import has_digit
+
 DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0000000000")
 CONTEXT_LINES = 4  # `_TextLogParser.context` keeps this many
 DENSE = 0.5  # a region with more of its lines picked than this is handed out whole...
@@ -65,21 +67,17 @@ def needles(
     exact: list[str], blind: list[str], **patterns: tuple[re.Pattern[bytes], ...]
 ) -> Needles:
     """`Needles` of strings: those without digits as templates, the others kept as they are."""
-    plain = [n for n in exact if not _has_digit(n)]
-    plain_blind = [n.lower() for n in blind if not _has_digit(n)]
+    plain = [n for n in exact if not has_digit(n)]
+    plain_blind = [n.lower() for n in blind if not has_digit(n)]
     return Needles(
         exact=tuple(dict.fromkeys(map(as_template, plain))),
         blind=tuple(dict.fromkeys(map(as_template, plain_blind))),
         numbered=(
-            tuple(dict.fromkeys(n.encode() for n in exact if _has_digit(n))),
-            tuple(dict.fromkeys(n.lower().encode() for n in blind if _has_digit(n))),
+            tuple(dict.fromkeys(n.encode() for n in exact if has_digit(n))),
+            tuple(dict.fromkeys(n.lower().encode() for n in blind if has_digit(n))),
         ),
         **patterns,
     )
-
-
-def _has_digit(text: str) -> bool:
-    return any(char in "0123456789" for char in text)
 
 
 def _lines_holding(text: bytes, strings: tuple[bytes, ...], line_at: list[int]) -> Iterator[int]:
