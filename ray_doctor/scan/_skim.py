@@ -137,9 +137,9 @@ class Skimmer:
         templates.pop()  # the region ends with a newline
         # Where line i starts is lengths[i] + i (its newlines): no Python step per line.
         lengths = list(accumulate(map(len, templates), initial=0))
-        candidates = self._candidates(templates)
+        candidates, distinct = self._candidates(templates)
         if self.needles.numbered:
-            candidates = sorted(candidates.union(self._numbered(region)))
+            candidates = sorted(candidates.union(self._numbered(region, distinct)))
         else:
             candidates = sorted(candidates)
         picked, openers, seen = self._follow(region, lengths, candidates, len(templates))
@@ -155,16 +155,18 @@ class Skimmer:
         chosen = self._with_context(region, lengths, picked, openers, seen)
         return [lengths[i] + i for i in chosen]
 
-    def _candidates(self, templates: list[bytes]) -> set[int]:
-        """Indices of the lines holding a needle without digits, found in the distinct lines."""
+    def _candidates(self, templates: list[bytes]) -> tuple[set[int], tuple[bytes, bytes]]:
+        """Indices of the lines holding a needle without digits, found in the distinct lines;
+        and the distinct lines joined, as they are and lowered."""
         distinct = list(dict.fromkeys(templates))
         joined = b"\n".join(distinct)
+        lowered = joined.lower()
         line_at = [0, *accumulate(len(line) + 1 for line in distinct)]
         needles = self.needles
         hits: set[int] = set()
         for text, strings, patterns in (
             (joined, needles.exact, needles.exact_patterns),
-            (joined.lower(), needles.blind, needles.blind_patterns),
+            (lowered, needles.blind, needles.blind_patterns),
         ):
             hits.update(_lines_holding(text, strings, line_at))
             for pattern in patterns:
@@ -172,14 +174,19 @@ class Skimmer:
                     bisect_right(line_at, found.start()) - 1 for found in pattern.finditer(text)
                 )
         if not hits:
-            return set()
+            return set(), (joined, lowered)
         wanted = {distinct[index] for index in hits}
-        return {index for index, line in enumerate(templates) if line in wanted}
+        lines = {index for index, line in enumerate(templates) if line in wanted}
+        return lines, (joined, lowered)
 
-    def _numbered(self, region: bytes) -> set[int]:
+    def _numbered(self, region: bytes, distinct: tuple[bytes, bytes]) -> set[int]:
         """Indices of the lines holding a needle with digits (as templates every number would
-        match it): looked for in the region itself, a pass per needle (there are few)."""
+        match it): looked for in the region itself, a pass per needle (there are few), when
+        the region's distinct lines (`distinct`: joined, as they are and lowered) hold the
+        needle's template at all."""
         exact, blind = self.needles.numbered
+        exact = tuple(n for n in exact if n.translate(DIGITS_AS_ZERO) in distinct[0])
+        blind = tuple(n for n in blind if n.translate(DIGITS_AS_ZERO) in distinct[1])
         hits: set[int] = set()
         for text, strings in ((region, exact), (region.lower() if blind else b"", blind)):
             for needle in strings:
