@@ -11,6 +11,7 @@ from typing import ClassVar
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, Layout, Trial
+from ray_doctor.rules._events import matching_events
 
 # Relative to the repository root; `ray-doctor explain RULE` shows the same text offline.
 DOCS_BASE = "docs/rules"
@@ -150,8 +151,7 @@ TIME_BUDGET = re.compile(r"Reached timeout of [\d.]+ seconds|time_budget_s|Timeo
 def time_budget(experiment: Experiment) -> Evidence | None:
     """What says a time budget ended the run: the driver's line, or the stopper the
     experiment state records (TuneConfig(time_budget_s=...) becomes a TimeoutStopper)."""
-    event = next((e for e in experiment.events if TIME_BUDGET.search(e.line)), None)
-    if event is not None:
+    for event, _ in matching_events(TIME_BUDGET, experiment.events):
         return event.source
     if "TimeoutStopper" in str(experiment.runner.get("_stopper_classes", "")):
         where = f"{experiment.path}/{experiment.state_file}" if experiment.state_file else ""

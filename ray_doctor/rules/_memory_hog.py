@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ray_doctor.model import Experiment
+from ray_doctor.rules._events import matching_events
 
 # Ray >= 2.56: "(Task: ..., task name=RayTrainWorker.__init__, ..., pid=32239, actual memory
 # used=2.12GB, worker ID=...)"; Ray 2.2-2.55: "(task ID: ..., name=train, pid=11362, memory
@@ -70,9 +71,8 @@ def owner(experiment: Experiment, pid: int) -> str | None:
     trials = [t for t in experiment.trials if t.last_result.get("pid") == pid]
     if len(trials) == 1:
         return f"trial {trials[0].trial_id}"
-    for event in experiment.events:
-        found = WORKER_RANK.search(event.line)
-        if found and int(found["pid"]) == pid:
+    for _, found in matching_events(WORKER_RANK, experiment.events):
+        if int(found["pid"]) == pid:
             return f"world rank {found['rank']}"
     return None
 

@@ -14,14 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ray_doctor._literals import (
-    LineTemplates,
-    line_starts,
-    line_templates,
-    lines_that_may_match,
-    may_match,
-    screen,
-)
+from ray_doctor._literals import LineTemplates, line_starts, lines_that_may_match, may_match, screen
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Evidence, Experiment, Failure, LogEvent, Trial, TrialStatus
 from ray_doctor.rules._base import (
@@ -32,6 +25,7 @@ from ray_doctor.rules._base import (
     stop_subject,
     trial_subject,
 )
+from ray_doctor.rules._events import any_event_line, event_text, matching_lines
 
 MAX_EVENT_EVIDENCE = 5
 
@@ -151,51 +145,6 @@ def _pattern(signature: Signature) -> re.Pattern[str]:
     return signature.pattern
 
 
-@dataclass
-class EventText:
-    """An events list's lines, joined by newlines, where each starts in the joined text, and
-    the joined text lowered (made on first use)."""
-
-    lines: list[str]
-    joined: str
-    starts: list[int]
-    _lowered: str | None = None
-    _templates: LineTemplates | None = None
-
-    @property
-    def lowered(self) -> str:
-        if self._lowered is None:
-            self._lowered = self.joined.lower()
-        return self._lowered
-
-    @property
-    def templates(self) -> LineTemplates:
-        """The lines as their distinct templates: searched in their stead (`live`)."""
-        if self._templates is None:
-            self._templates = line_templates(self.lines)
-        return self._templates
-
-
-# The last events list's text: every rule asks the same list (up to 2,000 kept lines per log
-# file, tens of thousands with a session's logs) about its signatures.
-_EVENT_TEXT: list = [None, -1, None]
-
-
-def event_text(events: list[LogEvent]) -> EventText:
-    cached, length, text = _EVENT_TEXT
-    if cached is not events or length != len(events):
-        lines = [event.line for event in events]
-        text = EventText(lines, "\n".join(lines), line_starts(lines))
-        _EVENT_TEXT[:] = [events, len(events), text]
-    return text
-
-
-def event_lines(events: list[LogEvent]) -> tuple[list[str], str]:
-    """Each event's line, and all of them joined by newlines (for `may_match`)."""
-    text = event_text(events)
-    return text.lines, text.joined
-
-
 def any_line(
     pattern: re.Pattern[str],
     texts: list[str],
@@ -212,16 +161,6 @@ def any_line(
         return any(pattern.search(text) for text in texts)
     found = lines_that_may_match(pattern, joined, line_starts(texts), templates=templates)
     return any(pattern.search(texts[i]) for i in (range(len(texts)) if found is None else found))
-
-
-def any_event_line(pattern: re.Pattern[str], events: list[LogEvent]) -> bool:
-    """`any_line` over the kept log lines (their text and templates made once for all rules)."""
-    text = event_text(events)
-    if not may_match(pattern, text.joined, text.templates):
-        return False
-    found = lines_that_may_match(pattern, text.joined, text.starts, text.lowered, text.templates)
-    lines = text.lines
-    return any(pattern.search(lines[i]) for i in (range(len(lines)) if found is None else found))
 
 
 MANY_LINES = 64  # from here on, finding the candidate lines in one sweep beats a test per line
@@ -417,6 +356,22 @@ def texts_of(experiment: Experiment, failure: Failure | None) -> list[str]:
     failures = [failure] if failure is not None else experiment.failures
     texts = [line for f in failures for _, line in f.lines()]
     return texts + [event.line for event in experiment.events]
+
+
+def lines_matching(
+    pattern: re.Pattern[str], experiment: Experiment, failure: Failure | None
+) -> Iterator[tuple[int, str, re.Match[str]]]:
+    """The lines of `texts_of` that `pattern` matches, in its order: (the line's place in
+    `texts_of`, the line, the match). The kept log lines are searched through their shared
+    text (`matching_lines`), not one by one."""
+    failures = [failure] if failure is not None else experiment.failures
+    texts = [line for f in failures for _, line in f.lines()]
+    for index, text in enumerate(texts):
+        match = pattern.search(text)
+        if match:
+            yield index, text, match
+    for index, text, match in matching_lines(pattern, experiment.events):
+        yield len(texts) + index, text, match
 
 
 def mentions(experiment: Experiment, failure: Failure | None, sigs: Iterable[Signature]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
@@ -11,9 +12,8 @@ from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
     hit_text,
-    live,
+    lines_matching,
     signatures,
-    texts_of,
     wording,
 )
 
@@ -108,19 +108,27 @@ class MissingModule(SignatureRule):
         # 'a.b'" therefore says `a` was imported: the package is there and lacks `b` (a
         # version or API mismatch, or a local file `a.py` shadowing it: "'a' is not a
         # package"), which installing `a` does not fix.
-        texts = texts_of(experiment, failure)
         # Ray failing to unpickle a worker's exception on the driver (from_ray_exception:
         # "Failed to unpickle serialized exception"): the worker imported that module and
         # raised; its own error, which this one masks, is the failure (autogluon #3249).
-        if any(FROM_REMOTE_EXCEPTION.search(text) for text in texts):
+        if next(lines_matching(FROM_REMOTE_EXCEPTION, experiment, failure), None):
             return True
-        table = live(MISSING, "\n".join(texts))  # the signatures that may match at all
-        for text in texts:
-            for sig in table:
-                found = sig.pattern.search(text)
-                if found:
-                    return _names_a_submodule(found) or "is not a package" in text
-        return False
+        # The first line (of `texts_of`) a signature matches, the first signature on it.
+        first = min(
+            (
+                (place, order, text, found)
+                for order, sig in enumerate(MISSING)
+                for place, text, found in islice(
+                    lines_matching(sig.pattern, experiment, failure), 1
+                )
+            ),
+            default=None,
+            key=lambda hit: hit[:2],
+        )
+        if first is None:
+            return False
+        _, _, text, found = first
+        return _names_a_submodule(found) or "is not a package" in text
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         module = hit.match.group(1)

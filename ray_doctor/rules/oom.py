@@ -12,13 +12,13 @@ from ray_doctor.findings import Severity
 from ray_doctor.model import Experiment, Failure
 from ray_doctor.rules._base import Precedence, subject_name
 from ray_doctor.rules._crash import CRASH, SELF_EXIT_NOT_KILL
+from ray_doctor.rules._events import event_lines
 from ray_doctor.rules._memory_hog import describe, may_attribute, os_victim
 from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
     any_line,
     ended_by,
-    event_lines,
     first_group,
     first_match,
     hit_text,

@@ -11,8 +11,8 @@ from ray_doctor.rules._signature import (
     Hit,
     SignatureRule,
     hit_text,
+    lines_matching,
     signatures,
-    texts_of,
     wording,
 )
 
@@ -177,10 +177,14 @@ class StateDictMismatch(SignatureRule):
         # #7282). The model matches the checkpoint; building it differently, this rule's fix,
         # would not help. A multi-dimensional weight against a placeholder is the proof: a
         # change of layer sizes keeps a weight's dimensions.
-        texts = texts_of(experiment, failure)
-        if any(UNEXPECTED.search(text) or MISSING.search(text) for text in texts):
-            return False
-        pairs = [(saved, current) for text in texts for _, saved, current in SIZE.findall(text)]
+        for named in (UNEXPECTED, MISSING):
+            if next(lines_matching(named, experiment, failure), None):
+                return False
+        pairs = [
+            (saved, current)
+            for _, text, _ in lines_matching(SIZE, experiment, failure)
+            for _, saved, current in SIZE.findall(text)
+        ]
         for side in (0, 1):
             if pairs and all(pair[side] in PLACEHOLDERS for pair in pairs):
                 return any(pair[1 - side].count(",") >= 1 for pair in pairs)
