@@ -330,6 +330,7 @@ class LineTemplates:
 
 
 def line_templates(lines: list[str]) -> LineTemplates:
+    """`lines` as their distinct templates, with the lines each stands for."""
     members: dict[str, list[int]] = {}
     for index, template in enumerate("\n".join(lines).translate(DIGITS_AS_ZERO).split("\n")):
         members.setdefault(template, []).append(index)

@@ -65,12 +65,7 @@ def event_lines(events: list[LogEvent]) -> tuple[list[str], str]:
 
 def any_event_line(pattern: re.Pattern[str], events: list[LogEvent]) -> bool:
     """`any_line` over the kept log lines (their text and templates made once for all rules)."""
-    text = event_text(events)
-    if not may_match(pattern, text.joined, text.templates):
-        return False
-    found = lines_that_may_match(pattern, text.joined, text.starts, text.lowered, text.templates)
-    lines = text.lines
-    return any(pattern.search(lines[i]) for i in (range(len(lines)) if found is None else found))
+    return next(matching_lines(pattern, events), None) is not None
 
 
 def matching_events(

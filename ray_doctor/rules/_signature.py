@@ -145,21 +145,15 @@ def _pattern(signature: Signature) -> re.Pattern[str]:
     return signature.pattern
 
 
-def any_line(
-    pattern: re.Pattern[str],
-    texts: list[str],
-    joined: str | None = None,
-    templates: LineTemplates | None = None,
-) -> bool:
+def any_line(pattern: re.Pattern[str], texts: list[str], joined: str | None = None) -> bool:
     """Whether `pattern` matches within one of `texts`. A literal the pattern needs, absent
-    from all of them at once (`joined`: the texts joined by newlines; `templates`: their
-    `line_templates`), settles it first."""
+    from all of them at once (`joined`: the texts joined by newlines), settles it first."""
     joined = "\n".join(texts) if joined is None else joined
-    if not may_match(pattern, joined, templates):
+    if not may_match(pattern, joined):
         return False
     if len(texts) < MANY_LINES:
         return any(pattern.search(text) for text in texts)
-    found = lines_that_may_match(pattern, joined, line_starts(texts), templates=templates)
+    found = lines_that_may_match(pattern, joined, line_starts(texts))
     return any(pattern.search(texts[i]) for i in (range(len(texts)) if found is None else found))
 
 

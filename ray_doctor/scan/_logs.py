@@ -17,9 +17,9 @@ from itertools import chain, islice
 from typing import BinaryIO
 
 from ray_doctor._literals import (
-    DIGITS_AS_ZERO,
     has_digit,
     line_starts,
+    line_templates,
     lines_holding,
     lines_that_may_match,
     may_match,
@@ -352,29 +352,25 @@ def hot_lines(
     lowered = low.split("\n")
     if len(lowered) != len(texts):  # a text held a newline: find each line's own span
         return _hot_lines_spanned(texts, low, line_starts(texts) if starts is None else starts)
-    templates = low.translate(DIGITS_AS_ZERO).split("\n")
-    position: dict[str, int] = {}
-    slots = [position.setdefault(template, len(position)) for template in templates]
-    distinct = list(position)
-    distinct_joined = "\n".join(distinct)
-    distinct_starts = line_starts(distinct)
-    strong = [False] * len(distinct)
-    weak = [False] * len(distinct)
+    templates = line_templates(lowered)
+    hot = [False] * len(texts)
+    weak: set[int] = set()
     for anchor, is_weak in TEMPLATE_ANCHORS:
-        marks = weak if is_weak else strong
-        for index in lines_holding(anchor, distinct_joined, distinct_starts):
-            marks[index] = True
-    numbered: set[int] = set()
+        for slot in lines_holding(anchor, templates.joined, templates.starts):
+            if is_weak:
+                weak.add(slot)
+            else:
+                for index in templates.members[slot]:
+                    hot[index] = True
+    for slot in weak:
+        for index in templates.members[slot]:
+            hot[index] = hot[index] or WEAK_WORDS.search(lowered[index]) is not None
     if any(anchor in low for anchor in NUMBERED_ANCHORS):
         low_starts = line_starts(lowered)
         for anchor in NUMBERED_ANCHORS:
-            numbered.update(lines_holding(anchor, low, low_starts))
-    return [
-        strong[slot]
-        or index in numbered
-        or (weak[slot] and WEAK_WORDS.search(lowered[index]) is not None)
-        for index, slot in enumerate(slots)
-    ]
+            for index in lines_holding(anchor, low, low_starts):
+                hot[index] = True
+    return hot
 
 
 def _hot_lines_spanned(texts: list[str], low: str, starts: list[int]) -> list[bool]:
