@@ -141,7 +141,8 @@ class TrialIncomplete(Rule):
             elif interrupted is not None:
                 message += f"; its log shows an interrupt ({interrupted.source.excerpt})"
         message += (
-            f". {resumable} of them have a checkpoint to resume from."
+            f". {resumable} of them {'has' if resumable == 1 else 'have'} a checkpoint to resume "
+            "from."
             if resumable
             else ". None of them has a checkpoint: resuming restarts them from scratch."
         )

@@ -57,3 +57,13 @@ def test_trials_a_stop_all_stopper_ended_before_they_ran(fixtures):
     assert "Failed to open local file" in (base / "driver.log").read_text()
     assert [f["rule"] for f in report["findings"]] == ["trial-incomplete"]
     assert not [r for f in report["findings"] for r in f["related"]]
+
+
+def test_says_how_many_unfinished_trials_can_resume(fixtures):
+    # Two trials left RUNNING, one of them with a checkpoint: the count and its verb agree.
+    code, report = inspect_json(str(experiment_dir(fixtures, "tune_oom_memory_monitor")))
+    assert code == 1
+    (finding,) = findings_of(report, "trial-incomplete")
+    with_checkpoint = [t for t in report["trials"] if t["last_checkpoint"]]
+    assert len(with_checkpoint) == 1
+    assert "1 of them has a checkpoint to resume from." in finding["message"]
