@@ -42,6 +42,7 @@ from ray_doctor.rules.port_conflict import PortConflict
 from ray_doctor.rules.recovered_after_failure import RecoveredAfterFailure
 from ray_doctor.rules.resources_insufficient import ResourcesInsufficient
 from ray_doctor.rules.retries_exhausted import RetriesExhausted
+from ray_doctor.rules.shm_too_small import ShmTooSmall
 from ray_doctor.rules.snapshot_dangling import SnapshotDangling
 from ray_doctor.rules.state_dict_mismatch import StateDictMismatch
 from ray_doctor.rules.state_dict_prefix import StateDictPrefix
@@ -69,6 +70,7 @@ RULES: tuple[type[Rule], ...] = (
     MetricNonfinite,
     TrialStalled,
     DiskFull,
+    ShmTooSmall,
     FileTruncated,
     StorageUnreachable,
     MissingModule,

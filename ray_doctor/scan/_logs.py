@@ -255,6 +255,9 @@ CAUSE_ANCHORS = (
     "gloo",
     "ibv_",
     "shared memory",
+    "/dev/shm",  # Ray's object store sized against it
+    "</torch_",  # torch's shared-memory files
+    "allocate receive fifo",  # UCX's shared-memory transport
     "duplicate gpu",
     "notify register",  # Ascend HCCL: "EI0002: The wait execution of the Notify register times out"
     "expected device",

@@ -41,7 +41,7 @@ def test_near_miss_shared_memory_of_dataloader_workers():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "disk-full")
-    assert report["findings"][0]["rule"] == "trial-error", "reported with its text"
+    assert report["findings"][0]["rule"] == "shm-too-small"
 
 
 def test_near_miss_a_semaphore_in_shared_memory():
@@ -55,6 +55,7 @@ def test_near_miss_a_semaphore_in_shared_memory():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "disk-full")
+    assert report["findings"][0]["rule"] == "shm-too-small"
 
 
 def test_a_log_whose_trials_all_completed_gets_a_warning_not_an_error(fixtures):
