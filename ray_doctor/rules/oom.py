@@ -195,6 +195,16 @@ CUDA = signatures(
         "of memory",
     ),
     wording(
+        "torch_memory_saver: CUDA driver out of memory",
+        # CUDA_ERROR_OUT_OF_MEMORY is 2, and cuGetErrorString says "out of memory".
+        r"CUresult error: 2 \(out of memory\)",
+        "torch_memory_saver's CURESULT_CHECK (csrc/utils.h), as SGLang, slime and verl "
+        "colocating training and rollout print it",
+        "torch_memory_saver 0.0.x",
+        "[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/utils.h "
+        "func=cu_mem_create line=187",
+    ),
+    wording(
         "cuBLAS allocation failed",
         r"CUBLAS_STATUS_ALLOC_FAILED",
         "cuBLAS through torch (aten/src/ATen/cuda/CublasHandlePool.cpp)",

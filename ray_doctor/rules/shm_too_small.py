@@ -42,10 +42,21 @@ FULL = signatures(
         "insufficient shared memory (shm).",
     ),
     wording(
+        "Paddle DataLoader worker: bus error",
+        r"Unexpected BUS error encountered in DataLoader worker",
+        "PaddlePaddle's DataLoader SIGBUS handler (paddle/fluid/imperative/data_loader.cc)",
+        "Paddle 2.x",
+        "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by "
+        "insufficient shared memory (shm), please check whether use_shared_memory is set and "
+        "storage space in /dev/shm is enough",
+    ),
+    wording(
         "DataLoader worker killed by SIGBUS",
         # strsignal(SIGBUS) is "Bus error"; a terminal may wrap the line after "Bus" (and
-        # undoing the wrap joins "Buserror").
-        r"DataLoader worker \(pids?\(?s?\)? ?[\d, ]+\) is killed by signal: Bus(?: ?error|$)",
+        # undoing the wrap joins "Buserror"). The hint torch adds for SIGBUS alone is enough
+        # when a paste starts after the worker's pid.
+        r"DataLoader worker \(pids?\(?s?\)? ?[\d, ]+\) is killed by signal: Bus(?: ?error|$)|"
+        r"dataloader's workers are out of shared memory",
         "torch DataLoader's worker watchdog (_error_if_any_worker_fails, "
         "torch/csrc/DataLoader.cpp), which adds 'It is possible that dataloader's workers are "
         "out of shared memory' for SIGBUS",

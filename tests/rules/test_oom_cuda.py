@@ -13,6 +13,9 @@ WORDINGS = [
     # vLLM's cumem allocator waking up (lmm-r1 #43, as posted)
     "(ActorModelRayActor pid=348952) RuntimeError: CUDA Error: out of memory at "
     "/workspace/csrc/cumem_allocator.cpp:62",
+    # torch_memory_saver's driver check, training and rollout sharing GPUs (slime #274)
+    "Error Log:`[torch_memory_saver.cpp] CUresult error: 2 (out of memory) file=csrc/utils.h "
+    "func=cu_mem_create line=187`",
 ]
 
 
@@ -29,6 +32,15 @@ def test_details_are_read():
     (finding,) = findings_of(report, "oom-cuda")
     assert "tried to allocate 2.00 GiB" in finding["message"] and "GPU 0" in finding["message"]
     assert "79.19 GiB total" in finding["message"]
+
+
+def test_near_miss_another_driver_error_of_torch_memory_saver():
+    text = (
+        "[torch_memory_saver.cpp] CUresult error: 1 (invalid argument) file=csrc/utils.h "
+        "func=cu_mem_create line=169\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "oom-cuda")
 
 
 def test_near_miss_host_memory_error():

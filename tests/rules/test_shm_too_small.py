@@ -127,3 +127,21 @@ def test_near_miss_other_shared_memory_errors():
     _, report = inspect_json("-", stdin=nccl)
     assert report["findings"][0]["rule"] == "nccl-error"
     assert not findings_of(report, "shm-too-small")
+
+
+def test_paddle_and_a_paste_that_starts_after_the_pid():
+    # PaddleSpeech #790: Paddle's own DataLoader SIGBUS handler.
+    paddle = (
+        "ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by "
+        "insufficient shared memory (shm), please check whether use_shared_memory is set and "
+        "storage space in /dev/shm is enough\n"
+    )
+    _, report = inspect_json("-", stdin=paddle)
+    assert report["findings"][0]["rule"] == "shm-too-small"
+    # Kubeflow Pipelines #6880: only the hint torch adds for SIGBUS made it into the paste.
+    tail = (
+        "`Bus error. It is possible that dataloader's workers are out of shared memory. Please "
+        "try to raise your shared memory limit.\n"
+    )
+    _, report = inspect_json("-", stdin=tail)
+    assert report["findings"][0]["rule"] == "shm-too-small"
