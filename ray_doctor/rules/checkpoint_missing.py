@@ -63,6 +63,9 @@ GONE = signatures(
         r"The provided filename \S+ does not exist|"
         r"open file failed because of errno 2 on fopen",
     ),
+    # TensorFlow's Saver.restore (tensorflow/python/training/saver.py, 1.x-2.x) when no
+    # checkpoint exists under the prefix it was given.
+    ("TensorFlow saver: no checkpoint", r"The passed +save_path is not a valid checkpoint"),
     # super-gradients' checkpoint loader (training/utils/checkpoint_utils.py, 3.x:
     # `read_ckpt_state_dict` when `os.path.exists` says no).
     (

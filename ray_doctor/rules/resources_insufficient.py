@@ -105,6 +105,21 @@ WAITING = signatures(
         "Error: No available node types can fulfill resource request {'CPU': 1.0, 'GPU': 1.0}. "
         "Add suitable node types to this cluster to resolve this issue.",
     ),
+    wording(
+        "autoscaler: no node type",
+        # The warning of the autoscaler's bin-packing when no node type fits a request. Not a
+        # request pinned to a node, nor placement-group bundle resources (they resolve with the
+        # group; ray #20968 was a GCS bug), nor requests of nothing (`{"CPU": 0}`: a stale
+        # demand, ray #27910), which no node type could lack.
+        r"The autoscaler could not find a node type to satisfy the request: (?!\[?\{'node:)"
+        r"(?![^\n]*_group_)(?!\[(?:\{['\"]\w+['\"]: 0(?:\.0)?\}(?:, )?)+\])",
+        "Ray autoscaler (python/ray/autoscaler/_private/resource_demand_scheduler.py, "
+        "get_nodes_for)",
+        "Ray 1.0-2.60",
+        "WARNING resource_demand_scheduler.py:643 -- The autoscaler could not find a node type "
+        "to satisfy the request: [{'GPU': 1.0, 'CPU': 1.0}]. Please specify a node type with "
+        "the necessary resources.",
+    ),
     # Libraries that wait for a placement group and give up (TorchX's Ray scheduler, Ray's
     # own RayExecutor helpers): their message says what it means.
     wording(

@@ -116,6 +116,25 @@ UNREACHABLE = signatures(
         "botocore.exceptions.ClientError: An error occurred (AccessDenied) when calling the "
         "PutObject operation: Access Denied",
     ),
+    wording(
+        "S3 endpoint unreachable",
+        # Only an S3 endpoint: the same error for EC2 or STS is the cluster launcher's.
+        r"Could not connect to the endpoint URL: \"?https?://[^/\"\s]*\bs3\b",
+        "botocore's EndpointConnectionError (botocore/exceptions.py), through boto3, s3fs, "
+        "Lightning and Tune's S3 syncing",
+        "botocore 1.x",
+        "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "
+        '"https://my-bucket.s3.us-west-2.amazonaws.com/runs/exp1/checkpoint_000003/model.pt"',
+    ),
+    wording(
+        "Determined checkpoint storage",
+        r"Checkpoint storage validation failed",
+        "Determined's trial harness, validating `checkpoint_storage` before training "
+        "(harness/determined/exec/harness.py)",
+        "Determined 0.x",
+        "root: Checkpoint storage validation failed: [Errno 13] Permission denied: "
+        "'/determined_shared_fs/261390dd-c308-4ce3-ac99-77d52f744f8b'",
+    ),
 )
 
 

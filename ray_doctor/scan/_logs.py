@@ -194,6 +194,7 @@ CAUSE_ANCHORS = (
     "cannot be sch",
     "cannot currently be sch",
     "no available node types",
+    "could not find a node type",  # the autoscaler of Ray 1.x-2.x, as a warning
     "paused trials",
     "no trial resources",
     "resourcesunavailable",  # SkyPilot's ResourcesUnavailableError

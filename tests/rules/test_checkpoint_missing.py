@@ -257,3 +257,10 @@ def test_near_miss_tunes_own_sync_walk_racing_a_deleted_checkpoint():
     )
     _, report = inspect_json("-", stdin=loading)
     assert findings_of(report, "checkpoint-missing")
+
+
+def test_tensorflows_saver_finding_no_checkpoint_under_its_prefix():
+    """CLUENER2020 #2: the run never reached its first save; the restore found nothing."""
+    text = "ValueError: The passed  save_path is not a valid checkpoint: ../ner_bert_base/\n"
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "checkpoint-missing"

@@ -284,3 +284,20 @@ def test_nemo_rl_asks_for_more_gpus_than_the_cluster_has():
     code, report = inspect_json("-", stdin=text)
     assert code == 1
     assert findings_of(report, "resources-insufficient")
+
+
+def test_the_autoscaler_finding_no_node_type_for_a_request():
+    """ray #14544: trials asking for a GPU on a Kubernetes cluster with no GPU node type."""
+    text = (
+        "example-cluster:2021-03-08 18:41:56,922\tWARNING resource_demand_scheduler.py:643 -- The "
+        "autoscaler could not find a node type to satisfy the request: [{'GPU': 1.0, 'CPU': "
+        "1.0}, {'GPU': 1.0, 'CPU': 1.0}]. If this request is related to placement groups the "
+        "resource request will resolve itself, otherwise please specify a node type with the "
+        "necessary resource\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "resources-insufficient"
+    # A request pinned to one node by its id waits on that node, not on a node type.
+    pinned = text.replace("[{'GPU': 1.0, 'CPU': 1.0}, ", "[{'node:10.0.0.5': 0.001}, ")
+    _, report = inspect_json("-", stdin=pinned)
+    assert not findings_of(report, "resources-insufficient")

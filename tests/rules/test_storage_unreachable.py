@@ -112,3 +112,29 @@ def test_near_miss_a_sync_that_ran_out_of_file_descriptors():
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "storage-unreachable")
     assert report["findings"], "the error is still reported, as it stands"
+
+
+def test_an_s3_endpoint_that_cannot_be_reached_but_not_another_aws_service():
+    s3 = (
+        "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "
+        '"https://my-bucket.s3.us-west-2.amazonaws.com/runs/exp1/checkpoint_000003/model.pt"\n'
+    )
+    _, report = inspect_json("-", stdin=s3)
+    assert report["findings"][0]["rule"] == "storage-unreachable"
+    # The cluster launcher failing to reach EC2 is not the run's storage.
+    ec2 = (
+        "botocore.exceptions.EndpointConnectionError: Could not connect to the endpoint URL: "
+        '"https://ec2.us-west-2.amazonaws.com/"\n'
+    )
+    _, report = inspect_json("-", stdin=ec2)
+    assert not findings_of(report, "storage-unreachable")
+
+
+def test_determined_validating_its_checkpoint_storage():
+    """Determined #7869: the shared_fs checkpoint path was not writable in the container."""
+    text = (
+        "[a5884739] [36] root: Checkpoint storage validation failed: [Errno 13] Permission "
+        "denied: '/determined_shared_fs/261390dd-c308-4ce3-ac99-77d52f744f8b' <error>\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert report["findings"][0]["rule"] == "storage-unreachable"
