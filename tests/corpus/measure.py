@@ -28,13 +28,8 @@ UNCLAIMED = {None, "trial-error"}
 # does not show, and some are the cause's own words where the thread found what produced them
 # (a driver bug behind a watchdog timeout, a library regression behind a device mismatch);
 # tests/corpus/README.md lists them. The floors sit under what is measured, which the per-case
-# test below guards exactly. `other` went from 90.0 % to 89.9 % when shm-too-small took 15
-# `/dev/shm` texts out of it (14 of them left unclaimed before): no `other` text was newly
-# claimed, the pool lost easy ones; its floor moved to 89 % then. The 24th round's 27 unseen
-# texts left eight misses (19 of 27 after its changes) and took headline right to 90.9 %: the
-# floors of the first two moved to 90 %. The 25th round's 28 (checkpoints and storage; clusters
-# that cannot be reached or cannot schedule: the rules' weakest labels) left twelve misses and
-# took headline right to 89.8 %: those floors moved to 89 %.
+# test below guards exactly. Each time a floor moved, tests/corpus/README.md says why (new
+# unseen texts with their misses, or a new rule taking texts out of `other`).
 FLOORS = {"cause_found": 0.89, "headline_right": 0.89, "other_unclaimed": 0.89}
 # Every case outside this list must pass: a floor alone would let a new case's win hide an old
 # case's regression.
