@@ -156,8 +156,12 @@ def test_permission_denied_file_is_an_error_entry(fixtures):
             e["path"].endswith("error.txt") and e["reason"] == "permission denied"
             for e in report["errors"]
         )
-        # The trial is still reported as failed; only its error text is missing.
+        # The trial is still reported as failed; only its error text is missing, and the
+        # finding says the file is there but unreadable, not that Ray never wrote one.
         assert report["summary"]["trials_by_status"]["ERROR"] == 1
+        (finding,) = [f for f in report["findings"] if f["rule"] == "trial-error"]
+        assert "its error file could not be read" in finding["message"]
+        assert "no error.txt on storage" not in finding["message"]
         assert proc.returncode == 1
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -101,9 +101,21 @@ def test_fifo_in_an_experiment_does_not_hang(fixtures, tmp_path):
     trial_dir = next(p for p in exp.iterdir() if (p / "error.txt").exists())
     (trial_dir / "result.json").unlink()
     os.mkfifo(trial_dir / "result.json")
+    (trial_dir / "error.txt").unlink()
+    (trial_dir / "error.txt").symlink_to("/dev/zero")  # a file that never ends
+    (trial_dir / "progress.csv").unlink()
+    (trial_dir / "progress.csv").symlink_to(tmp_path / "gone.csv")
     proc = run_cli("inspect", str(exp), "-f", "json")
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
+    errors = {Path(e["path"]).name: e["reason"] for e in json.loads(proc.stdout)["errors"]}
+    assert errors == {
+        "result.json": "not a regular file: not read",
+        "error.txt": "not a regular file: not read",
+        "progress.csv": "a link to nothing: not read",
+    }
+    (finding,) = [f for f in json.loads(proc.stdout)["findings"] if f["rule"] == "trial-error"]
+    assert "error file could not be read" in finding["message"]
 
 
 def test_a_fifo_given_as_logs_is_reported_once_and_does_not_hang(fixtures, tmp_path):

@@ -120,6 +120,12 @@ def _described(
 ERRORED_EVENTS = ("trial-errored", "trial-task-failed")
 
 
+def _no_error_text(trial: Trial) -> str:
+    if trial.error_file:  # there, but not readable (permissions, not a regular file)
+        return f"its error file could not be read ({trial.error_file}: see the scan's errors)"
+    return "no error text was found (no error.txt on storage and no traceback in the logs given)"
+
+
 class TrialError(Rule):
     """A trial ended in ERROR and no rule for a specific cause explains why.
 
@@ -170,12 +176,8 @@ class TrialError(Rule):
             failure = trial.failures[-1] if trial.failures else None
             who = subject_name(experiment, trial)
             if failure is None:
-                message = (
-                    f"{who} ended in ERROR, but no error text was found "
-                    "(no error.txt on storage and no traceback in the logs given)."
-                )
-                evidence = []
-                fix = _fix(experiment, failure)
+                message = f"{who} ended in ERROR, but {_no_error_text(trial)}."
+                fix, evidence = _fix(experiment, failure), []
             else:
                 detail, fix, evidence = _described(experiment, failure, trial)
                 message = f"{who} failed{detail}"

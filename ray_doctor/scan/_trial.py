@@ -66,13 +66,34 @@ def read_trial_dir(
         in_state=False,
     )
     files = {e.name: e for e in entries if e.is_file}
+    unreadable = _unreadable_trial_files(storage, entries)
+    errors += unreadable
     checkpoint_dirs = [e.name for e in entries if e.is_dir and CHECKPOINT_DIR.match(e.name)]
     _read_history(storage, trial, files, errors, checkpoint_dirs)
     _read_errors(storage, trial, files, errors)
+    if trial.error_file is None:
+        # An error.txt that cannot be read is still where the error was: rules say so.
+        trial.error_file = next((e.path for e in unreadable if e.path.endswith("error.txt")), None)
     if with_params and "params.json" in files:
         trial.config = read_params(storage, files["params.json"], errors)
     trial.checkpoints = _checkpoints(storage, path, trial, entries)
     return trial, errors
+
+
+def _unreadable_trial_files(storage: Storage, entries: list[Entry]) -> list[ScanError]:
+    """A trial file that is not a regular file (a FIFO, a device, a dangling link) is never
+    opened: reading a FIFO would wait forever, a device would never end. Say so, so that a
+    missing history or error text is not taken for one Ray never wrote."""
+    odd = [e for e in entries if e.name in TRIAL_FILES and not e.is_file and not e.is_dir]
+    return [ScanError(storage.display(e.path), _why_unreadable(storage, e)) for e in odd]
+
+
+def _why_unreadable(storage: Storage, entry: Entry) -> str:
+    try:
+        found = storage.stat(entry.path)
+    except StorageError as exc:
+        return f"{exc.reason}: not read"
+    return "not a regular file: not read" if found else "a link to nothing: not read"
 
 
 def complete_from_dir(trial: Trial) -> None:
