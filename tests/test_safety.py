@@ -118,6 +118,20 @@ def test_fifo_in_an_experiment_does_not_hang(fixtures, tmp_path):
     assert "error file could not be read" in finding["message"]
 
 
+def test_an_experiment_state_that_is_a_fifo_is_named_not_taken_for_missing(fixtures, tmp_path):
+    exp = tmp_path / "exp"
+    shutil.copytree(experiment_dir(fixtures, "tune_trial_error"), exp)
+    (state,) = exp.glob("experiment_state-*.json")
+    state.unlink()
+    os.mkfifo(state)
+    code, report = inspect_json(str(exp))
+    assert code == 1  # the trials are still read from their dirs
+    assert report["summary"]["trials_by_status"]["ERROR"] == 1
+    errors = {Path(e["path"]).name: e["reason"] for e in report["errors"]}
+    assert errors[state.name] == "not a regular file"
+    assert "never synced" not in str(report["errors"])
+
+
 def test_a_fifo_given_as_logs_is_reported_once_and_does_not_hang(fixtures, tmp_path):
     fifo = tmp_path / "driver.log"
     os.mkfifo(fifo)

@@ -30,7 +30,13 @@ Progress = Callable[[int, int], None]
 
 
 def is_tune_experiment(entries: list[Entry]) -> bool:
-    return any(e.is_file and fnmatch.fnmatch(e.name, STATE_GLOB) for e in entries)
+    return any(_is_state_file(e) for e in entries)
+
+
+def _is_state_file(entry: Entry) -> bool:
+    # Not only regular files: a state file that is a FIFO or a dangling link is still the
+    # experiment's, and reading it says why it cannot be read (never opened as a FIFO).
+    return not entry.is_dir and fnmatch.fnmatch(entry.name, STATE_GLOB)
 
 
 def _load_state(
@@ -60,7 +66,7 @@ def read_tune_experiment(
 ) -> Experiment:
     name = path.rstrip("/").rsplit("/", 1)[-1]
     experiment = Experiment(path=storage.display(path), name=name, layout=Layout.TUNE)
-    state_entries = [e for e in entries if e.is_file and fnmatch.fnmatch(e.name, STATE_GLOB)]
+    state_entries = [e for e in entries if _is_state_file(e)]
     experiment.state_files = len(state_entries)
     candidates = [e for e in entries if e.is_dir and not e.name.startswith((".", "checkpoint_"))]
 
