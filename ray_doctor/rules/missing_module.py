@@ -50,6 +50,17 @@ MISSING = signatures(
         "(TemporaryActor pid=1495807) No module named 'vllm'",
         flags=re.MULTILINE,
     ),
+    wording(
+        "python -m",
+        # runpy exits with "<sys.executable>: No module named <name>", unquoted, when the
+        # module `python -m` was given is not installed in that interpreter. A dotted name
+        # there means its package was found and lacks the submodule: not this rule's.
+        r"^(?:.*[/\\])?[Pp]ython[\d.]*(?:\.exe)?: No module named (\w+)[ \t\r]*$",
+        "CPython's runpy (_run_module_as_main), for `python -m MODULE`",
+        "Python 3.x",
+        "/usr/bin/python3: No module named nni",
+        flags=re.MULTILINE,
+    ),
 )
 
 
@@ -74,7 +85,8 @@ class MissingModule(SignatureRule):
 
     Symptom:
         `ModuleNotFoundError: No module named '…'` in a trial's error.txt or a worker's log,
-        while the same import works on the machine the driver runs on.
+        while the same import works on the machine the driver runs on; or a process started
+        with `python -m NAME` exits with "<python>: No module named NAME".
     Likely cause:
         Workers run in their own environment: another node's image, or a Python without the
         package. Code that imports inside the training function (or unpickles objects from a
@@ -90,7 +102,8 @@ class MissingModule(SignatureRule):
     Fix:
         Install it everywhere: add it to the cluster's image, or ship it with the job:
         `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
-        for your own code). For Ray Train, `pip install "ray[train]"` on every node.
+        for your own code). For Ray Train, `pip install "ray[train]"` on every node. For
+        `python -m`, launch it with the Python of the environment that has the package.
     References:
         - https://docs.ray.io/en/latest/ray-core/handling-dependencies.html
         - https://docs.ray.io/en/latest/train/user-guides/debugging.html
@@ -146,6 +159,19 @@ class MissingModule(SignatureRule):
                 f"Make `{top}` importable where the checkpoint is loaded (ship your code with "
                 '`runtime_env={"working_dir": ...}` or `py_modules`), or save '
                 "`model.state_dict()` and load it into a model built in code."
+            )
+            return message, fix
+        if hit.signature.label == "python -m":
+            python = hit.match.group(0).rsplit(": No module named", 1)[0].rsplit(") ", 1)[-1]
+            message = (
+                f"{who} started `{python} -m {module}`, and that Python has no `{module}`: "
+                "a process launched with another environment's interpreter, or the package "
+                "is not installed in it."
+            )
+            fix = (
+                f"Launch it with the Python of the environment that has `{top}` (check which "
+                f"`python` the launcher or the job's entrypoint resolves to), or install `{top}` "
+                f"into `{python}`."
             )
             return message, fix
         message = (

@@ -109,3 +109,36 @@ def test_python2_dotted_name_starts_at_the_missing_part():
     (finding,) = findings_of(report, "missing-module")
     assert "`sos.ros.ros_publisher_op`" in finding["message"]
     assert '"pip": ["sos"]' in finding["fix"]
+
+
+def test_python_dash_m_of_a_module_that_interpreter_lacks():
+    """runpy's exit for `python -m NAME` when that Python has no NAME, unquoted behind the
+    interpreter's path: a launcher that picked another environment's python (nni #4799).
+    Real CPython text."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "no_such_module_here"], capture_output=True, text=True, check=False
+    )
+    assert f"{sys.executable}: No module named no_such_module_here" in run.stderr
+    code, report = inspect_json("-", stdin=run.stderr)
+    assert code == 1
+    (finding,) = findings_of(report, "missing-module")
+    assert f"`{sys.executable} -m no_such_module_here`" in finding["message"]
+    assert f"into `{sys.executable}`" in finding["fix"]
+
+
+@pytest.mark.parametrize("target", ["json.nope", "json"])
+def test_near_miss_python_dash_m_of_a_package_it_has(target):
+    """`python -m json.nope` (json is there, it lacks `nope`) and `python -m json` (a package
+    with no __main__): the package is installed, so installing it fixes nothing."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", target], capture_output=True, text=True, check=False
+    )
+    assert f"{sys.executable}: No module named json" in run.stderr
+    _, report = inspect_json("-", stdin=run.stderr)
+    assert not findings_of(report, "missing-module")
