@@ -101,6 +101,18 @@ ANOMALY = signatures(
         "any",
         "Ep. 1 : Up. 300 : Sen. 137,255 : Cost nan : Time 17.18s",
     ),
+    # With `logging_nan_inf_filter` (on by default) the Trainer leaves a NaN or inf step loss
+    # out of the window's sum; when every step of the window was, the sum stays at the 0 it
+    # was reset to, and the row logs a loss of 0.0 beside the NaN gradient norm. A NaN
+    # gradient norm with a finite loss is fp16's loss scaler skipping a step: not claimed.
+    wording(
+        "loss filtered to 0.0",
+        r"""['"]loss['"]: 0\.0, ['"]grad_norm['"]: (?:nan|inf)\b""",
+        "Hugging Face Trainer's logging_nan_inf_filter (transformers trainer.py, "
+        "_inner_training_loop), logged by LLaMA-Factory, TRL and others",
+        "transformers 4.38+ (grad_norm in the log)",
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.549912997495027e-06, 'epoch': 0.66}",
+    ),
     # Infinity too, but not a best-so-far value, which starts at inf before any epoch.
     wording(
         "loss logged as inf",
@@ -135,8 +147,11 @@ class MetricNonfinite(Rule):
         data).
     Evidence it uses:
         Every row of result.json (streamed; the first bad iteration per metric and the number
-        of bad rows), the trial's config (the learning rate, when there is one), and anomaly
-        detection errors in error.txt or logs.
+        of bad rows), the trial's config (the learning rate, when there is one), anomaly
+        detection errors in error.txt or logs, and training loggers' NaN lines, among them
+        the Hugging Face Trainer's `'loss': 0.0` beside a NaN gradient norm (its NaN filter
+        left every step of the window out). A NaN gradient norm beside a finite loss is an
+        fp16 step the loss scaler skipped, not claimed.
     Fix:
         Lower the learning rate or add warm-up, clip gradients
         (`torch.nn.utils.clip_grad_norm_`), use bf16 or a `GradScaler` with fp16, and check

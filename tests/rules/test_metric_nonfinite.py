@@ -93,3 +93,30 @@ def test_hugging_face_logs_a_nan_eval_loss():
     text = "{'eval_loss': nan, 'eval_runtime': 143.8323, 'eval_samples_per_second': 17.576}\n"
     _, report = inspect_json("-", stdin=text)
     assert findings_of(report, "metric-nonfinite")
+
+
+def test_hugging_face_filters_nan_losses_to_zero():
+    """With `logging_nan_inf_filter` (the default) the Trainer leaves NaN step losses out of
+    the window's sum, so a window of nothing else logs `'loss': 0.0` beside the NaN gradient
+    norm (LLaMA-Factory #5627, as posted)."""
+    text = (
+        "{'loss': 1.4596, 'grad_norm': nan, 'learning_rate': 4.552255167404752e-06, "
+        "'epoch': 0.66}\n"
+        "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.549912997495027e-06, "
+        "'epoch': 0.66}\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    (finding,) = findings_of(report, "metric-nonfinite")
+    assert "loss filtered to 0.0" in finding["message"]
+
+
+def test_near_miss_a_nan_gradient_norm_beside_a_finite_loss():
+    """fp16's loss scaler skips a step whose gradients overflowed: the Trainer logs a NaN
+    gradient norm with the window's finite loss, and training goes on (qwen-vl #10's first
+    row, as posted)."""
+    text = (
+        "{'loss': 1.0446, 'grad_norm': nan, 'learning_rate': 1.4925373134328357e-08, "
+        "'epoch': 0.0}\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "metric-nonfinite")
