@@ -62,3 +62,39 @@ def test_retried_attempts_are_not_a_failed_run_and_bad_lines_are_reported(fixtur
     assert not findings_of(report, "trial-error")
     assert [e["reason"] for e in report["errors"]] == ["lines that are not rank error records: 2"]
     assert code == 0
+
+
+# gloo's word (gloo/transport/tcp/pair.cc) on a rank whose all_reduce partner went away.
+PEER_TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/ray/fixture_jobs/generate.py", line 608, in train_loop_per_worker\n'
+    "    dist.all_reduce(t)\n"
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+    "peer [192.0.2.2]:5321\n"
+)
+
+
+def test_a_ranks_own_error_ends_the_run_not_the_peer_it_took_down(fixtures, tmp_path):
+    """The callback writes an attempt's ranks in rank order, at one time: rank 0's own error
+    comes first and rank 1's "Connection closed by peer" after it. The run failed of rank 0's
+    error; rank 1 only lost its partner."""
+    own = TRACEBACK.replace("rank 1", "rank 0")
+    run = _run_dir(
+        fixtures,
+        tmp_path,
+        _record(
+            rank=0, message="Found NaN in input batch on rank 0 (epoch 2, step 0)", traceback=own
+        ),
+        _record(
+            rank=1,
+            type="RuntimeError",
+            message=PEER_TRACEBACK.splitlines()[-1].split(": ", 1)[1],
+            traceback=PEER_TRACEBACK,
+        ),
+    )
+    code, report = inspect_json(str(run))
+    assert code == 1
+    (finding,) = findings_of(report, "trial-error")
+    assert "rank 0 with ValueError" in finding["message"]
+    assert "generate.py:725" in finding["message"]
+    assert report["trials"][0]["last_error"].startswith("ValueError")

@@ -13,6 +13,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from ray_doctor.collectives import PEER_SYMPTOM
 from ray_doctor.model import (
     Checkpoint,
     Evidence,
@@ -163,21 +164,34 @@ def _read_rank_errors(
 
 
 def _attach_rank_errors(run: Trial, records: list[tuple[int, dict[str, Any]]]) -> None:
-    """One failure per attempt and error (ranks that failed alike share one), in file order;
-    the newest run's attempts and max_failures say whether Train gave up."""
+    """One failure per attempt and error (ranks that failed alike share one), attempts in
+    file order; the newest run's attempts and max_failures say whether Train gave up.
+
+    Within an attempt the callback writes the ranks in rank order, all at one time, so the
+    file cannot say which failed first. A rank's own error is put after the errors that only
+    say a peer went away (gloo's "Connection closed by peer", a collective timeout): the
+    model's last failure is the one that ended the run, and that is the rank that took the
+    others' collectives down, not one of them."""
     if not records:
         return
     path = f"{run.path}/{RANK_ERRORS}" if run.path else RANK_ERRORS
     grouped: dict[tuple[Any, Any, str, str], Failure] = {}
+    attempt_of: dict[int, int] = {}  # id(failure) -> its attempt's place in the file
+    places: dict[tuple[Any, Any], int] = {}  # (run_id, attempt) -> its place in the file
     for lineno, record in records:
         failure = _record_failure(lineno, record, path)
-        key = (record.get("run_id"), record.get("attempt"), failure.exc_type or "", failure.message)
+        attempt = (record.get("run_id"), record.get("attempt"))
+        key = (*attempt, failure.exc_type or "", failure.message)
         known = grouped.get(key)
         if known is not None:
             known.ranks = sorted(set(known.ranks) | set(failure.ranks))
             continue
         grouped[key] = failure
-        run.failures.append(failure)
+        attempt_of[id(failure)] = places.setdefault(attempt, len(places))
+    run.failures += sorted(
+        grouped.values(),
+        key=lambda f: (attempt_of[id(f)], PEER_SYMPTOM.search(f.joined) is None),
+    )
     newest = records[-1][1]
     latest_run = [r for _, r in records if r.get("run_id") == newest.get("run_id")]
     attempts = max(
