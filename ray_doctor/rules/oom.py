@@ -267,6 +267,15 @@ CUDA = signatures(
         "capacity; 49.47 GiB already allocated; 1.32 GiB free)",
     ),
     wording(
+        "Paddle out of GPU memory",
+        r"Out of memory error on GPU \d+\. Cannot allocate",
+        "PaddlePaddle's GPU allocators (paddle/fluid/memory/allocation: cuda_allocator.cc, "
+        "the auto-growth and virtual-memory allocators), a ResourceExhausted error",
+        "PaddlePaddle 1.8-3.x",
+        "Out of memory error on GPU 0. Cannot allocate 18.062744MB memory on GPU 0, available "
+        "memory is only 17.537501MB.",
+    ),
+    wording(
         "Gaudi device memory exhausted",
         r"MODULE:PT_DEVMEM Allocation failed for size",
         "Habana's PyTorch bridge on Gaudi HPUs (habana_frameworks, its device-memory module)",

@@ -36,8 +36,9 @@ IN_USE = signatures(
     ),
     wording(
         "errno 98",
-        r"[Ee]rrno:? ?98\b|code: -98\b",
-        "Linux errno 98 (EADDRINUSE) in torch c10d socket errors and Python OSError",
+        r"[Ee]rrno[:=]? ?98\b|code: -98\b",
+        "Linux errno 98 (EADDRINUSE) in torch c10d socket errors, Python OSError and C++ "
+        "servers' bind failures (DGL's tcp_socket.cc: 'Failed bind on IP:PORT ,errno=98')",
         "any",
         "OSError: [Errno 98] error while attempting to bind on address ('0.0.0.0', 8265)",
     ),

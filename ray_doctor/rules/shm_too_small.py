@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from ray_doctor.findings import Finding, Severity
 from ray_doctor.model import Experiment, Failure, LogEvent
-from ray_doctor.rules._base import Precedence, subject_name
+from ray_doctor.rules._base import Precedence, stop_subject, subject_name
 from ray_doctor.rules._events import matching_events
 from ray_doctor.rules._signature import (
     Hit,
@@ -112,8 +112,8 @@ SEMAPHORE_FULL = signatures(
     ),
 )
 # Ray's own start-up line when /dev/shm cannot hold its object store (it moves the store to
-# disk and goes on): a performance warning, never a failure of its own, but the measure of
-# the mount when a failure above says it ran out.
+# disk and goes on): the measure of the mount when a failure above says it ran out, and on its
+# own, when nothing else was found, a warning (the run goes on, its objects on disk).
 RAY_SHM_WARNING = re.compile(r"/dev/shm has only (\d+) bytes available")
 
 
@@ -133,7 +133,9 @@ class ShmTooSmall(SignatureRule):
         every batch to the trainer through shared memory, and Ray puts its object store there.
     Evidence it uses:
         The error text, and Ray's start-up warning "The object store is using /tmp instead of
-        /dev/shm because /dev/shm has only N bytes available" for the size of the mount.
+        /dev/shm because /dev/shm has only N bytes available" for the size of the mount. That
+        warning alone, when nothing failed and no other cause was found, is a warning-level
+        finding: Ray goes on with its object store on disk, slower.
         Not NCCL's own `/dev/shm` segments (nccl-error's, whose fix says the same), and not
         `torch.multiprocessing`'s "Too many open files", which is a limit on descriptors.
     Fix:
@@ -156,6 +158,7 @@ class ShmTooSmall(SignatureRule):
     example = "fixtures/tune_shm_too_small"
     example_args = ("--logs", "fixtures/tune_shm_too_small/driver.log")
     signatures = FULL
+    needs_findings = True  # Ray's warning alone speaks only when nothing else was found
 
     @classmethod
     def wordings(cls) -> tuple[Signature, ...]:
@@ -167,6 +170,35 @@ class ShmTooSmall(SignatureRule):
             if warning is not None and warning[0].source not in finding.evidence:
                 finding.evidence.append(warning[0].source)  # the mount's size, in Ray's words
             yield finding
+
+    def check_findings(self, experiment: Experiment, findings: list[Finding]) -> Iterator[Finding]:
+        """Ray's start-up warning with nothing else found: the object store went to disk. Not
+        when anything failed or any cause was found: then the warning is a bystander (a run
+        that failed of something else in the same small container)."""
+        warning = _ray_shm_warning(experiment)
+        if (
+            warning is None
+            or findings
+            or experiment.failures
+            or any(t.failures for t in experiment.trials)
+        ):
+            return
+        event, size = warning
+        megabytes = int(size.group(1)) / 2**20
+        yield self.finding(
+            experiment,
+            f"Ray put its object store on disk (/tmp), not in shared memory: /dev/shm holds only "
+            f"{megabytes:.0f} MB. Objects passed between tasks and workers are read and written "
+            "through the disk, which slows the run; a store that outgrows the disk fails.",
+            "Give the container more shared memory: `docker run --shm-size=...` (at least the "
+            "object store's size, or `--ipc=host`); in Kubernetes mount an `emptyDir: {medium: "
+            "Memory}` volume at /dev/shm; in a Ray cluster config add `--shm-size` to "
+            "`docker.run_options`. Or ask for an object store that fits "
+            "(`ray.init(object_store_memory=...)`).",
+            [event.source],
+            subject=stop_subject(experiment),
+            severity=Severity.WARNING,
+        )
 
     def search_failure(self, failure: Failure) -> Hit | None:
         hit = search(FULL, failure)

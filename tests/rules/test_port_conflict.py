@@ -151,3 +151,13 @@ def test_near_miss_worker_ports_checked_without_file_descriptors():
     )
     _, report = inspect_json("-", stdin=text)
     assert not findings_of(report, "port-conflict")
+
+
+def test_a_cpp_server_bind_failure_with_errno_98():
+    """DGL's RPC server (tcp_socket.cc) logs the errno after '=' (dgl #2227, as posted)."""
+    text = (
+        "[20:53:08] /opt/dgl/src/rpc/network/tcp_socket.cc:69: Failed bind on "
+        "10.153.44.134:30050 ,errno=98\n"
+    )
+    _, report = inspect_json("-", stdin=text)
+    assert findings_of(report, "port-conflict")
