@@ -21,7 +21,8 @@ FULL = signatures(
         # files ("unable to write to file </torch_...>", MapAllocator), which fill /dev/shm
         # (64 MB in a default container) when DataLoader workers hand tensors over.
         r"^(?!.*(?:NCCL|</torch_))(?:.*)"
-        r"(?:No space left on device|ENOSPC|\[Errno 28\]|errno:? ?28\b)",
+        # Not the inotify watch limit either: watchdog raises ENOSPC for it with its own words.
+        r"(?:No space left on device|ENOSPC|\[Errno 28\](?! inotify watch limit)|errno:? ?28\b)",
         "the OS (ENOSPC) through Python OSError, torch, pyarrow, Ray (NCCL's /dev/shm is "
         "nccl-error's; torch's shared-memory files are /dev/shm, not a disk)",
         "any",

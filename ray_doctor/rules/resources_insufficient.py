@@ -24,6 +24,7 @@ TUNE_RESOURCES = (
 )
 CLOUD_CAPACITY = "autoscaler: the cloud is out of capacity"
 TRIAL_CHILD = "a trial's task or actor has no resources in its placement group"
+SLURM_NO_NODE = "Slurm: no node has what the job asks of one"
 WAITING = signatures(
     wording(
         "Tune: insufficient resources",
@@ -210,6 +211,16 @@ WAITING = signatures(
         "SkyPilot 0.x",
         "sky.exceptions.ResourcesUnavailableError: Failed to provision all possible launchable "
         "resources. Relax the task's resource requirements: 1x RunPod(cpus=32+, {'H100': 8})",
+    ),
+    # Slurm refuses at submission a job whose per-node request (GPUs, cores, memory) no node of
+    # the partition has: unlike a busy cluster, waiting would never start it.
+    wording(
+        SLURM_NO_NODE,
+        r"Requested node configuration is not available",
+        "Slurm's ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE (src/common/slurm_errno.c), printed "
+        "by sbatch, salloc and srun",
+        "Slurm 2.x-25.x",
+        "sbatch: error: Batch job submission failed: Requested node configuration is not available",
     ),
     wording(
         "cannot be scheduled",
@@ -524,6 +535,14 @@ class ResourcesInsufficient(SignatureRule):
                 "zones (list several subnets / zones for the node type), add a second node type "
                 "that can serve the request, or retry later; on AWS a capacity reservation "
                 "avoids it for GPU types."
+            )
+        if hit.signature.label == SLURM_NO_NODE:
+            return message, (
+                "No node of the partition has what the job asks of one node: compare "
+                "`--gres=gpu:N`, `--gpus-per-node`, `--cpus-per-task` x `--ntasks-per-node` and "
+                "`--mem` with the nodes (`sinfo -p PARTITION -O nodehost,gres:40,cpus,memory`), "
+                "and check the GPU type named in `--gres`. Ask for what one node has, or more "
+                "nodes with less on each."
             )
         if experiment.layout == Layout.TRAIN_V1 and hit.signature.label == "Train: not started":
             return message, (

@@ -207,6 +207,7 @@ CAUSE_ANCHORS = (
     "worker group start",
     "per trial",
     "not enough gpus",  # NeMo RL's "Not enough GPUs available. Requested 16 GPUs, ..."
+    "node configuration is not available",  # Slurm: no node has what one node is asked for
     "no trial is running",
     # storage
     "cluster storage",
@@ -279,6 +280,7 @@ CAUSE_ANCHORS = (
     "zip archive",
     "pytorchstream",
     "ran out of input",
+    "unexpected eof",  # torch's reader: "unexpected EOF, expected N more bytes"
     "unpickling",
     "unsupported operand",  # torch's weights_only unpickler meeting a byte no pickle has
     "magic number",

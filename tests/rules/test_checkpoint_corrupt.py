@@ -83,3 +83,16 @@ def test_a_legacy_torch_file_in_a_markdown_mangled_paste():
     text = "_RuntimeError: storage has wrong size: expected 342948543801467925 got_ 1**\n"
     _, report = inspect_json("-", stdin=text)
     assert findings_of(report, "checkpoint-corrupt")
+
+
+def test_torch_unexpected_eof_as_a_log_line():
+    """torch's reader of a file cut short, pasted indented in a code block after the program
+    died (strl #2, as posted): not an exception line, still the cause."""
+    text = (
+        " RuntimeError: unexpected EOF, expected 9781136 more bytes. The file might be "
+        "corrupted.\n"
+        "terminate called without an active exception\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    assert report["findings"][0]["rule"] == "checkpoint-corrupt"

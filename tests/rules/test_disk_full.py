@@ -111,3 +111,11 @@ def test_near_miss_a_torch_save_cut_short_by_memory_error():
     # With the disk's own word beside it, the disk is still named.
     _, report = inspect_json("-", stdin=text + "OSError: [Errno 28] No space left on device\n")
     assert findings_of(report, "disk-full")
+
+
+def test_near_miss_the_inotify_watch_limit_is_enospc_too():
+    """watchdog's inotify observer raises ENOSPC with its own words when the kernel's
+    fs.inotify.max_user_watches is reached: no disk is full (swanlab #579, as posted)."""
+    text = "OSError: [Errno 28] inotify watch limit reached\n"
+    _, report = inspect_json("-", stdin=text)
+    assert not findings_of(report, "disk-full")

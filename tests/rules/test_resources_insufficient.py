@@ -301,3 +301,16 @@ def test_the_autoscaler_finding_no_node_type_for_a_request():
     pinned = text.replace("[{'GPU': 1.0, 'CPU': 1.0}, ", "[{'node:10.0.0.5': 0.001}, ")
     _, report = inspect_json("-", stdin=pinned)
     assert not findings_of(report, "resources-insufficient")
+
+
+def test_slurm_refuses_a_job_no_node_can_hold():
+    """Slurm rejects at submission a per-node request no node of the partition has (an 8-GPU
+    request on 4-GPU nodes, MLCommons training #824, as posted): waiting would never start it."""
+    text = (
+        "sbatch: error: Batch job submission failed: Requested node configuration is not "
+        "available\n"
+    )
+    code, report = inspect_json("-", stdin=text)
+    assert code == 1
+    (finding,) = findings_of(report, "resources-insufficient")
+    assert "sinfo" in finding["fix"] and "--gres" in finding["fix"]
