@@ -175,13 +175,10 @@ class ShmTooSmall(SignatureRule):
         """Ray's start-up warning with nothing else found: the object store went to disk. Not
         when anything failed or any cause was found: then the warning is a bystander (a run
         that failed of something else in the same small container)."""
+        if findings or experiment.failures or any(t.failures for t in experiment.trials):
+            return
         warning = _ray_shm_warning(experiment)
-        if (
-            warning is None
-            or findings
-            or experiment.failures
-            or any(t.failures for t in experiment.trials)
-        ):
+        if warning is None:
             return
         event, size = warning
         megabytes = int(size.group(1)) / 2**20
