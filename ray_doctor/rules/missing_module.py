@@ -98,7 +98,9 @@ class MissingModule(SignatureRule):
         exception it raised is the failure. A dotted name (`No module named 'a.b'`) is not
         this rule's: Python 3 names the import it was at, so `a` is installed and lacks `b` (a
         version mismatch, or a local `a.py` shadowing the package). Python 2's unquoted name
-        (`No module named a.b`) starts at the part it could not find: `a` is missing.
+        (`No module named a.b`) starts at the part it could not find: `a` is missing. Nor
+        `__torch__`, TorchScript's namespace: a scripted model given to `torch.load` instead of
+        `torch.jit.load`.
     Fix:
         Install it everywhere: add it to the cluster's image, or ship it with the job:
         `ray.init(runtime_env={"pip": ["package==version"]})` (or `working_dir` / `py_modules`
@@ -141,7 +143,13 @@ class MissingModule(SignatureRule):
         if first is None:
             return False
         _, _, text, found = first
-        return _names_a_submodule(found) or "is not a package" in text
+        # `__torch__` is TorchScript's namespace for a scripted module's classes: a
+        # `torch.jit.save`d file given to `torch.load`, not a package to install.
+        return (
+            _names_a_submodule(found)
+            or "is not a package" in text
+            or found.group(1).split(".")[0] == "__torch__"
+        )
 
     def explain(self, experiment: Experiment, hit: Hit) -> tuple[str, str]:
         module = hit.match.group(1)

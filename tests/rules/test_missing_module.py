@@ -142,3 +142,10 @@ def test_near_miss_python_dash_m_of_a_package_it_has(target):
     assert f"{sys.executable}: No module named json" in run.stderr
     _, report = inspect_json("-", stdin=run.stderr)
     assert not findings_of(report, "missing-module")
+
+
+def test_near_miss_torchscript_namespace_is_no_package():
+    """A `torch.jit.save`d model given to `torch.load`: its classes live under `__torch__`,
+    TorchScript's own namespace, which no pip install provides (cavaface #57, as posted)."""
+    _, report = inspect_json("-", stdin="ModuleNotFoundError: No module named '__torch__'\n")
+    assert not findings_of(report, "missing-module")
